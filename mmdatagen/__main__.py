@@ -1,0 +1,4 @@
+"""``python -m mmdatagen``."""
+from .cli import main
+
+main()

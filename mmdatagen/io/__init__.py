@@ -1,0 +1,1 @@
+"""Writers, readers and the manifest."""

@@ -1,0 +1,87 @@
+"""Pool workload: independent single-turn rows drawing images from a pool with controlled reuse."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import rng
+from ..errors import UserError
+from .base import Plan, require_positive
+from .sizes import assign_sizes, parse_sizes
+
+REUSE_PATTERNS = ("first-pass-unique", "uniform", "zipf", "cyclic")
+
+
+def pool_size_for_reuse(num_requests: int, images_per_request: int, reuse: float) -> int:
+    """Pool size whose first-pass-unique plan reaches a best-possible hit rate of ``reuse``."""
+    if not 0.0 <= reuse < 1.0:
+        raise UserError(f"--target-reuse must be in [0, 1), got {reuse}")
+    refs = num_requests * images_per_request
+    return max(images_per_request, round(refs * (1.0 - reuse)))
+
+
+def _distinct_draws(gen: np.random.Generator, n: int, k: int, p: np.ndarray | None,
+                    forced: list[int]) -> list[int]:
+    """k distinct ids: ``forced`` first, the rest drawn from n (weights p) excluding repeats."""
+    row = list(forced)
+    while len(row) < k:
+        need = k - len(row)
+        for c in gen.choice(n, size=need * 2 + 2, p=p).tolist():
+            if c not in row:
+                row.append(c)
+                if len(row) == k:
+                    break
+    return row
+
+
+def _first_pass_unique(gen: np.random.Generator, rows: int, n: int, k: int) -> np.ndarray:
+    """The seeds' rule: the first n slots deal a shuffled pool once, then uniform with replacement."""
+    total = rows * k
+    dealt = gen.permutation(n)[: min(n, total)]
+    out = np.empty((rows, k), np.int64)
+    full_rows = len(dealt) // k
+    out[:full_rows] = dealt[: full_rows * k].reshape(full_rows, k)
+    rest = dealt[full_rows * k:].tolist()
+    if k == 1:
+        out[full_rows:, 0] = gen.integers(0, n, size=rows - full_rows)
+        return out
+    for r in range(full_rows, rows):
+        out[r] = _distinct_draws(gen, n, k, None, rest if r == full_rows else [])
+    return out
+
+
+def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_request: int = 1,
+              reuse: str = "first-pass-unique", zipf_exponent: float = 1.0,
+              target_reuse: float | None = None, image_size: str | list = "512x512",
+              seed: int = 0) -> Plan:
+    """Build the pool plan (see REUSE_PATTERNS); ``target_reuse`` derives the pool size."""
+    if target_reuse is not None:
+        pool_size = pool_size_for_reuse(num_requests, images_per_request, target_reuse)
+    require_positive(num_requests=num_requests, pool_size=pool_size,
+                     images_per_request=images_per_request)
+    if images_per_request > pool_size:
+        raise UserError(f"--images-per-request ({images_per_request}) exceeds --pool-size "
+                        f"({pool_size}); a row never repeats an image")
+    if reuse not in REUSE_PATTERNS:
+        raise UserError(f"unknown reuse pattern {reuse!r}; choose from {', '.join(REUSE_PATTERNS)}")
+    if reuse == "zipf" and zipf_exponent <= 0:
+        raise UserError("--zipf-exponent must be positive")
+    n, k, rows = pool_size, images_per_request, num_requests
+    gen = rng.rng_for(seed, rng.PLAN)
+    if reuse == "first-pass-unique":
+        ids = _first_pass_unique(gen, rows, n, k)
+    elif reuse == "cyclic":
+        ids = (np.arange(rows * k, dtype=np.int64) % n).reshape(rows, k)
+    else:
+        p = None
+        if reuse == "zipf":
+            p = 1.0 / np.arange(1, n + 1, dtype=float) ** zipf_exponent
+            p /= p.sum()
+        if k == 1:
+            ids = gen.choice(n, size=(rows, 1), p=p).astype(np.int64)
+        else:
+            ids = np.array([_distinct_draws(gen, n, k, p, []) for _ in range(rows)], np.int64)
+    widths, heights = assign_sizes(n, parse_sizes(image_size), seed)
+    params = dict(num_requests=rows, pool_size=n, images_per_request=k, reuse=reuse,
+                  zipf_exponent=zipf_exponent if reuse == "zipf" else None, seed=seed)
+    return Plan(kind="pool", image_ids=ids, widths=widths, heights=heights,
+                text_keys=np.arange(rows, dtype=np.int64), params=params)

@@ -1,0 +1,14 @@
+"""Seeded randomness derived from (seed, purpose, index) so any shard can be produced alone."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+# Purposes: each stream of randomness gets its own constant so streams never overlap.
+PLAN, IMAGE, TEXT, SIZE, ORDER = (zlib.crc32(p.encode()) for p in ("plan", "image", "text", "size", "order"))
+
+
+def rng_for(seed: int, purpose: int, *index: int) -> np.random.Generator:
+    """An independent generator for one purpose and index (e.g. image 17 of seed 0)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, purpose, *index])))
