@@ -1,0 +1,109 @@
+"""Metric definitions (aiperf-compat.md) on hand-made records."""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from mmdatagen.metrics import (EXPORT_NAME, RECORDS_NAME, RequestRecord, build_export,
+                               console_table, stats_block, write_exports)
+
+MS = 1_000_000
+
+
+def rec(start_ms, ttft_ms, lat_ms, tokens, *, phase="profiling", error=None, hits=None,
+        misses=None, server_ttft_ms=None, images=1, resp_end_ms=None, streaming=True, i=0):
+    return RequestRecord(
+        conversation_id=f"c{i}", turn_index=0, phase=phase, start_ns=int(start_ms * MS),
+        first_token_ns=None if ttft_ms is None else int((start_ms + ttft_ms) * MS),
+        end_ns=None if lat_ms is None else int((start_ms + lat_ms) * MS),
+        output_tokens=tokens, input_tokens=100, num_images=images, error=error,
+        image_hits=hits, image_misses=misses,
+        server_ttft_ns=None if server_ttft_ms is None else int(server_ttft_ms * MS),
+        x_request_id=f"r{i}", streaming=streaming,
+        response_end_ns=None if resp_end_ms is None else int(resp_end_ms * MS))
+
+
+def test_per_request_definitions():
+    r = rec(1000, 50, 150, 11, server_ttft_ms=49)
+    v = r.values()
+    assert v["time_to_first_token"] == pytest.approx(50)
+    assert v["request_latency"] == pytest.approx(150)
+    assert v["inter_token_latency"] == pytest.approx(10)  # (150 - 50) / (11 - 1)
+    assert v["output_token_throughput_per_user"] == pytest.approx(100)  # 1 / 10 ms
+    assert v["client_added_ttft"] == pytest.approx(1)
+    assert v["output_sequence_length"] == 11
+
+
+def test_itl_needs_two_tokens_and_streaming():
+    assert "inter_token_latency" not in rec(0, 5, 5, 1).values()
+    v = rec(0, 5, 50, 10, streaming=False).values()
+    assert "time_to_first_token" not in v and "inter_token_latency" not in v
+    assert v["request_latency"] == pytest.approx(50)
+
+
+def test_stats_block_matches_numpy_linear():
+    vals = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    b = stats_block(vals, "ms")
+    assert b["p50"] == pytest.approx(np.percentile(vals, 50))
+    assert b["p99"] == pytest.approx(np.percentile(vals, 99))
+    assert b["p1"] == pytest.approx(np.percentile(vals, 1))
+    assert b["std"] == pytest.approx(np.std(vals))
+    assert b["count"] == 8 and b["sum"] == pytest.approx(31) and b["min"] == 1 and b["max"] == 9
+    assert list(b) == ["unit", "avg", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95",
+                       "p99", "min", "max", "std", "count", "sum"]
+
+
+def test_run_level_window_excludes_warmup_and_counts_errors():
+    records = [
+        rec(0, 10, 100, 5, phase="warmup", i=0),
+        rec(1000, 10, 100, 5, i=1),                        # 1000 .. 1100
+        rec(1050, 10, 300, 7, i=2, resp_end_ms=1360),      # last response 1360
+        rec(1200, None, None, 0, error={"type": "HTTPError", "code": 500, "message": "x"}, i=3),
+    ]
+    ex = build_export(records, input_config={"a": 1})
+    assert ex["benchmark_duration"]["avg"] == pytest.approx(0.36)
+    assert ex["request_count"]["avg"] == 2
+    assert ex["error_request_count"]["avg"] == 1
+    assert ex["request_throughput"]["avg"] == pytest.approx(2 / 0.36)
+    assert ex["output_token_throughput"]["avg"] == pytest.approx(12 / 0.36)
+    assert ex["time_to_first_token"]["count"] == 2
+    assert ex["warmup_metrics"]["request_count"]["avg"] == 1
+    assert ex["error_summary"] == [{"error_details": {"type": "HTTPError", "code": 500,
+                                                      "message": "x"}, "count": 1}]
+    for key in ("schema_version", "aiperf_version", "benchmark_id", "start_time", "end_time",
+                "was_cancelled", "is_complete", "error_summary", "input_config", "run_info",
+                "warmup_metrics"):
+        assert key in ex
+    assert ex["was_cancelled"] is False and ex["is_complete"] is True
+
+
+def test_cache_split_and_measured_hits():
+    records = [rec(0, 10, 20, 2, hits=1, misses=0, i=0),
+               rec(0, 30, 40, 2, hits=0, misses=1, i=1),
+               rec(0, 12, 40, 2, hits=2, misses=0, images=2, i=2)]
+    c = build_export(records, input_config={})["image_cache"]
+    assert c["measured"]["hits"] == 3 and c["measured"]["misses"] == 1
+    assert c["measured"]["hit_rate"] == pytest.approx(0.75)
+    assert c["time_to_first_token_all_hit"]["avg"] == pytest.approx(11)
+    assert c["time_to_first_token_not_all_hit"]["avg"] == pytest.approx(30)
+
+
+def test_write_exports_and_table(tmp_path):
+    records = [rec(0, 10, 100, 5, i=0, hits=1, misses=0),
+               rec(10, None, None, 0, i=1, error={"type": "Timeout", "code": None,
+                                                  "message": "t"})]
+    ex = build_export(records, input_config={}, was_cancelled=True, wall_offset_ns=10**18)
+    paths = write_exports(tmp_path, records, ex)
+    assert paths["export"].name == EXPORT_NAME
+    loaded = orjson.loads(paths["export"].read_bytes())
+    assert loaded["was_cancelled"] is True and loaded["is_complete"] is False
+    assert loaded["start_time"].startswith("2001-09-09")
+    lines = (tmp_path / RECORDS_NAME).read_bytes().splitlines()
+    assert len(lines) == 2
+    first = orjson.loads(lines[0])
+    assert first["metadata"]["benchmark_phase"] == "profiling"
+    assert first["metrics"]["request_latency"]["value"] == pytest.approx(100)
+    assert orjson.loads(lines[1])["error"]["type"] == "Timeout"
+    table = console_table(ex)
+    assert "Time to First Token (ms)" in table and "Timeout" in table and "cancelled" in table
