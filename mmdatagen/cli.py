@@ -16,6 +16,8 @@ from .errors import UserError
 COMMANDS: dict[str, str] = {
     "pool": "mmdatagen.commands.generate:pool",
     "sliding-window": "mmdatagen.commands.generate:sliding_window",
+    "serve": "mmdatagen.commands.serve:serve",
+    "simulate": "mmdatagen.commands.serve:simulate",
 }
 
 

@@ -1,0 +1,88 @@
+"""``mmdatagen serve`` (real-time simulator over HTTP) and ``mmdatagen simulate`` (virtual time)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UserError
+from ..io.imageref import KEY_MODES
+
+_REGISTER = ("schedule", "encode", "completion")
+
+
+def _profile_options(f):
+    opts = [
+        click.option("--profile", default="qwen3-vl-30b-gb200", show_default=True,
+                     help="Profile name (configs/profiles) or YAML path."),
+        click.option("--embedding-cache-gb", type=float, default=10.0, show_default=True,
+                     help="Embedding cache capacity in GiB (0 = off)."),
+        click.option("--key-mode", type=click.Choice(KEY_MODES), default=None,
+                     help="Cache key: encoded bytes (vLLM), pixels (Dynamo aggregated), "
+                          "reference string (Dynamo disaggregated), uuid. Default: profile's."),
+        click.option("--register", type=click.Choice(_REGISTER), default=None,
+                     help="When a missed image enters the cache: at scheduling, after its encode "
+                          "step, or at request completion. Default: profile's."),
+        click.option("--max-running", type=int, default=None, help="Override max running requests."),
+        click.option("--token-budget", type=int, default=None, help="Override per-step token budget."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _load(profile: str, embedding_cache_gb: float, key_mode, register, max_running, token_budget):
+    from ..sim.profile import load_profile
+
+    if embedding_cache_gb < 0:
+        raise UserError("--embedding-cache-gb must not be negative")
+    return load_profile(profile).with_overrides(key_mode=key_mode, register=register,
+                                                max_running=max_running,
+                                                token_budget=token_budget)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (loopback by default).")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port (0 = any free port).")
+@_profile_options
+@click.option("--time-scale", type=float, default=1.0, show_default=True,
+              help="Wall seconds per simulated second (>1 slows the model down so a small machine keeps up).")
+@click.option("--served-model-name", multiple=True, help="Model name(s) to accept (default: the profile's).")
+@click.option("--api-key", envvar="MMDATAGEN_SERVE_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (or env MMDATAGEN_SERVE_API_KEY).")
+@click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write {url, port, pid} as JSON here once listening.")
+@click.option("--fault-error-rate", type=float, default=0.0, help="Fraction of requests answered with an error.")
+@click.option("--fault-error-status", type=int, default=500, show_default=True)
+@click.option("--fault-disconnect-rate", type=float, default=0.0, help="Fraction of streams cut mid-way.")
+@click.option("--fault-stall-first-rate", type=float, default=0.0, help="Fraction stalled before the first token.")
+@click.option("--fault-stall-token-rate", type=float, default=0.0, help="Fraction stalled between two tokens.")
+@click.option("--fault-stall-ms", type=float, default=1000.0, show_default=True)
+@click.option("--fault-malformed-rate", type=float, default=0.0, help="Fraction of streams with a malformed SSE event.")
+@click.option("--fault-seed", type=int, default=0, show_default=True)
+def serve(host, port, profile, embedding_cache_gb, key_mode, register, max_running, token_budget,
+          time_scale, served_model_name, api_key, ready_file, fault_error_rate, fault_error_status,
+          fault_disconnect_rate, fault_stall_first_rate, fault_stall_token_rate, fault_stall_ms,
+          fault_malformed_rate, fault_seed):
+    """Serve an OpenAI-compatible VLM serving SIMULATOR (a performance model, not a language model)."""
+    from ..sim.faults import FaultConfig
+    from ..sim.run import run
+    from ..sim.server import SimServer
+
+    if time_scale <= 0:
+        raise UserError("--time-scale must be positive")
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be in 0..65535, got {port}")
+    prof = _load(profile, embedding_cache_gb, key_mode, register, max_running, token_budget)
+    faults = FaultConfig(fault_error_rate, fault_error_status, fault_disconnect_rate,
+                         fault_stall_first_rate, fault_stall_token_rate, fault_stall_ms,
+                         fault_malformed_rate, fault_seed).validate()
+    sim = SimServer(prof, embedding_cache_gb, time_scale, faults, api_key, tuple(served_model_name))
+    run(sim, host, port, ready_file)
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=Path))
+def simulate(dataset):
+    """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping)."""
+    raise UserError("simulate is not implemented yet")

@@ -1,0 +1,207 @@
+"""The engine model: continuous batching in discrete steps, shared by virtual and real time.
+
+Each step: decode one token for every running request past prefill, continue chunked prefills,
+admit waiting requests while slots (``max_running``) and the step's token budget allow, run the
+vision encoder for admitted images that miss the embedding cache. The step's duration is a
+linear function of that work (see :class:`~mmdatagen.sim.profile.Profile`); tokens are emitted
+at the step's end. The engine never sleeps: a driver (virtual clock or asyncio) calls
+:meth:`Engine.begin_step` / :meth:`Engine.end_step` and advances time by the returned duration.
+This is a performance model, not a language model: it produces token counts and times only.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .cache import EmbeddingCache
+from .profile import Profile
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class SimImage:
+    """One image as the engine sees it: cache key, embedding tokens and accounted cache bytes."""
+
+    key: str
+    tokens: int
+    prompt_tokens: int
+    nbytes: int
+    is_url: bool = False
+
+
+class SimRequest:
+    """A request inside the engine; times are in the driver's clock (ms)."""
+
+    __slots__ = ("rid", "text_tokens", "images", "prompt_tokens", "target_tokens", "arrival",
+                 "prefilled", "emitted", "first_token_t", "end_t", "hits", "misses",
+                 "encoded", "notify", "done", "tag")
+
+    def __init__(self, rid: int, text_tokens: int, images: list[SimImage], target_tokens: int,
+                 arrival: float = 0.0, notify: Callable[["SimRequest"], None] | None = None,
+                 tag: object = None) -> None:
+        self.rid = rid
+        self.text_tokens = text_tokens
+        self.images = images
+        self.prompt_tokens = text_tokens + sum(im.prompt_tokens for im in images)
+        self.target_tokens = max(1, target_tokens)
+        self.arrival = arrival
+        self.prefilled = 0
+        self.emitted = 0
+        self.first_token_t: float | None = None
+        self.end_t: float | None = None
+        self.hits = 0
+        self.misses = 0
+        self.encoded: list[SimImage] = []
+        self.notify = notify
+        self.done = False
+        self.tag = tag
+
+
+class Engine:
+    """Waiting queue, running batch, embedding cache and the serial frontend of one worker."""
+
+    def __init__(self, profile: Profile, cache_gb: float) -> None:
+        self.p = profile
+        self.cache = EmbeddingCache(int(cache_gb * GIB))
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.frontend_free = 0.0
+        self.steps = 0
+        self.busy_ms = 0.0
+        self.completed = 0
+        self.encoded_images = 0
+        self._scheduled: list[SimRequest] = []
+        self._encoded_step: list[SimImage] = []
+
+    # -- frontend -------------------------------------------------------------------------
+    def frontend_ready_at(self, req: SimRequest, now: float) -> float:
+        """When the serial frontend hands ``req`` to the engine (reserves the frontend)."""
+        p = self.p
+        fetch = p.url_fetch_ms if any(im.is_url for im in req.images) else 0.0
+        cost = p.frontend_request_ms + p.frontend_image_ms * len(req.images)
+        if cost == 0.0:
+            return now + fetch
+        start = max(now + fetch, self.frontend_free)
+        self.frontend_free = start + cost
+        return self.frontend_free
+
+    def add(self, req: SimRequest) -> None:
+        """Put a request (past the frontend) in the waiting queue."""
+        self.waiting.append(req)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    # -- steps ----------------------------------------------------------------------------
+    def _admit(self, req: SimRequest) -> tuple[int, int]:
+        """Cache lookups for a newly scheduled request; returns (encoder tokens, images)."""
+        cache, register = self.cache, self.p.register
+        tokens = images = 0
+        for im in req.images:
+            if cache.lookup(im.key):
+                req.hits += 1
+                continue
+            req.misses += 1
+            tokens += im.tokens
+            images += 1
+            if register == "schedule":
+                cache.insert(im.key, im.nbytes)
+            else:
+                req.encoded.append(im)
+                if register == "encode":
+                    self._encoded_step.append(im)
+        return tokens, images
+
+    def begin_step(self) -> float:
+        """Schedule one step and return its duration in ms (0.0 when idle)."""
+        p = self.p
+        budget = p.token_budget
+        scheduled = self._scheduled
+        scheduled.clear()
+        n_decode = prefill = enc_tokens = enc_images = 0
+        for r in self.running:
+            if r.prefilled >= r.prompt_tokens:
+                n_decode += 1
+                scheduled.append(r)
+        budget -= n_decode
+        for r in self.running:
+            if r.prefilled < r.prompt_tokens and budget > 0:
+                chunk = min(r.prompt_tokens - r.prefilled, budget)
+                r.prefilled += chunk
+                prefill += chunk
+                budget -= chunk
+                scheduled.append(r)
+        waiting, running = self.waiting, self.running
+        while waiting and budget > 0 and len(running) < p.max_running:
+            r = waiting.popleft()
+            t, n = self._admit(r)
+            enc_tokens += t
+            enc_images += n
+            chunk = min(r.prompt_tokens, budget)
+            r.prefilled = chunk
+            prefill += chunk
+            budget -= chunk
+            running.append(r)
+            scheduled.append(r)
+        if not scheduled:
+            return 0.0
+        self.encoded_images += enc_images
+        self.steps += 1
+        dur = (p.step_base_ms + p.per_seq_ms * n_decode + p.per_prefill_token_ms * prefill
+               + p.per_encoder_token_ms * enc_tokens + p.per_encoder_image_ms * enc_images)
+        self.busy_ms += dur
+        return dur
+
+    def end_step(self, t_end: float) -> list[SimRequest]:
+        """Emit the step's tokens at ``t_end``; returns the requests that finished."""
+        finished: list[SimRequest] = []
+        if self._encoded_step:
+            for im in self._encoded_step:
+                self.cache.insert(im.key, im.nbytes)
+            self._encoded_step.clear()
+        for r in self._scheduled:
+            if r.done or r.prefilled < r.prompt_tokens:
+                continue
+            r.emitted += 1
+            if r.emitted == 1:
+                r.first_token_t = t_end
+            if r.emitted >= r.target_tokens:
+                r.end_t = t_end
+                r.done = True
+                finished.append(r)
+            if r.notify is not None:
+                r.notify(r)
+        if finished:
+            self.running = [r for r in self.running if not r.done]
+            self.completed += len(finished)
+            if self.p.register == "completion":
+                for r in finished:
+                    for im in r.encoded:
+                        self.cache.insert(im.key, im.nbytes)
+        self._scheduled.clear()
+        return finished
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request (client went away); its slot frees at the next step."""
+        req.done = True
+        req.notify = None
+        if req in self.waiting:
+            self.waiting.remove(req)
+        else:
+            self.running = [r for r in self.running if r is not req]
+
+    def instant(self, req: SimRequest, now: float) -> None:
+        """Zero-delay path: admit, finish and register ``req`` at once (no steps, no queue)."""
+        self._admit(req)
+        for im in req.encoded:
+            self.cache.insert(im.key, im.nbytes)
+        self._encoded_step.clear()
+        req.encoded = []
+        req.prefilled = req.prompt_tokens
+        req.emitted = req.target_tokens
+        req.first_token_t = req.end_t = now
+        req.done = True
+        self.completed += 1

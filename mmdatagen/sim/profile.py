@@ -1,0 +1,109 @@
+"""Simulator profiles: the engine-model parameters of one (model, hardware, engine) combination.
+
+Profiles are YAML files in ``configs/profiles/``; unknown keys are an error so typos surface.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from ..errors import UserError
+from ..io.imageref import KEY_MODES
+from ..presets import find_config, load_yaml
+
+REGISTER_MODES = ("schedule", "encode", "completion")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Parameters of the step model (all times in milliseconds of simulated time).
+
+    Step duration = ``step_base_ms`` + ``per_seq_ms`` x running sequences
+    + ``per_prefill_token_ms`` x prefill tokens + ``per_encoder_token_ms`` x encoded image tokens
+    + ``per_encoder_image_ms`` x encoded images. Before the engine, a serial frontend spends
+    ``frontend_request_ms`` + ``frontend_image_ms`` x images per request, after a fixed
+    ``url_fetch_ms`` per http(s) image (not serial).
+    """
+
+    name: str = "custom"
+    description: str = ""
+    model: str = "qwen3-vl-30b-a3b"
+    served_model_name: str = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
+    max_running: int = 256
+    token_budget: int = 8192
+    step_base_ms: float = 5.0
+    per_seq_ms: float = 0.1
+    per_prefill_token_ms: float = 0.0
+    per_encoder_token_ms: float = 0.0
+    per_encoder_image_ms: float = 0.0
+    frontend_request_ms: float = 0.0
+    frontend_image_ms: float = 0.0
+    url_fetch_ms: float = 0.0
+    default_image_size: tuple[int, int] = (640, 480)
+    key_mode: str = "bytes"
+    register: str = "schedule"
+    natural_output_tokens: int = 128
+    max_model_len: int = 262144
+    max_body_mb: float = 64.0
+    text_bytes_per_token: float = 4.0
+    calibration: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def zero_delay(self) -> bool:
+        """True when no work costs time: requests complete as soon as they are parsed."""
+        return not any((self.step_base_ms, self.per_seq_ms, self.per_prefill_token_ms,
+                        self.per_encoder_token_ms, self.per_encoder_image_ms,
+                        self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms))
+
+    def validate(self) -> "Profile":
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+                raise UserError(f"profile {self.name}: {f.name} must not be negative")
+        if self.max_running < 1 or self.token_budget < 1:
+            raise UserError(f"profile {self.name}: max_running and token_budget must be >= 1")
+        if self.key_mode not in KEY_MODES:
+            raise UserError(f"profile {self.name}: key_mode must be one of {', '.join(KEY_MODES)}")
+        if self.register not in REGISTER_MODES:
+            raise UserError(f"profile {self.name}: register must be one of {', '.join(REGISTER_MODES)}")
+        if self.text_bytes_per_token <= 0:
+            raise UserError(f"profile {self.name}: text_bytes_per_token must be positive")
+        return self
+
+    def with_overrides(self, **kw: Any) -> "Profile":
+        """A copy with some fields replaced (None values ignored), validated."""
+        kw = {k: v for k, v in kw.items() if v is not None}
+        return replace(self, **kw).validate()
+
+
+_FIELDS = {f.name for f in fields(Profile)}
+
+
+def profile_from_dict(data: dict[str, Any], name: str = "custom") -> Profile:
+    """Build a profile from a mapping (YAML), rejecting unknown keys."""
+    unknown = sorted(set(data) - _FIELDS)
+    if unknown:
+        raise UserError(f"profile {name}: unknown keys {', '.join(unknown)}")
+    data = dict(data)
+    data.setdefault("name", name)
+    size = data.get("default_image_size")
+    if size is not None:
+        if not (isinstance(size, (list, tuple)) and len(size) == 2
+                and all(isinstance(x, int) and x > 0 for x in size)):
+            raise UserError(f"profile {name}: default_image_size must be [width, height]")
+        data["default_image_size"] = tuple(size)
+    try:
+        prof = Profile(**data)
+    except TypeError as exc:
+        raise UserError(f"profile {name}: {exc}") from None
+    for f in fields(Profile):
+        v = getattr(prof, f.name)
+        if f.type in ("float", "int") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise UserError(f"profile {name}: {f.name} must be a number")
+    return prof.validate()
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A shipped profile by name (``configs/profiles/<name>.yaml``) or a YAML file path."""
+    path = find_config(name_or_path, "profiles")
+    return profile_from_dict(load_yaml(path), name=path.stem)

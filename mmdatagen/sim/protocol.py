@@ -1,0 +1,286 @@
+"""OpenAI wire format for the simulator: request parsing/validation and response bytes.
+
+Prompt text tokens are APPROXIMATE: UTF-8 bytes / ``text_bytes_per_token`` (profile, default 4),
+rounded up per text. Image prompt tokens come from the model registry (``vlm.py``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import blake3
+import orjson
+
+from ..errors import DatasetError, UserError
+from ..io.imageref import bytes_key, decode_data_url, image_dims, pixel_key, reference_key
+from ..vlm import VisionModel
+from .engine import SimImage
+from .profile import Profile
+
+# Each simulated token is one of these words (one token each in common BPE vocabularies).
+WORDS = (" This", " is", " a", " simulated", " response", " from", " a", " performance",
+         " model", ",", " not", " a", " language", " model", ".")
+NOTICE = "mmdatagen simulator: a performance model, not a language model"
+
+
+class RequestError(Exception):
+    """A client error answered with an OpenAI-style error body."""
+
+    def __init__(self, status: int, message: str, etype: str = "invalid_request_error",
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.etype, self.code = status, message, etype, code
+
+    def body(self) -> bytes:
+        return error_body(self.status, self.message, self.etype, self.code)
+
+
+def error_body(status: int, message: str, etype: str = "invalid_request_error",
+               code: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": etype, "param": None,
+                                   "code": code if code is not None else status}})
+
+
+@dataclass
+class ParsedRequest:
+    kind: str  # "chat" | "completions"
+    model: str
+    stream: bool
+    include_usage: bool
+    text_tokens: int
+    images: list[SimImage]
+    target_tokens: int
+    finish_reason: str
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.text_tokens + sum(im.prompt_tokens for im in self.images)
+
+
+class ImageResolver:
+    """Turns image references into :class:`SimImage` (key by the profile's mode, size, bytes).
+
+    Results are memoised by a hash of the reference string, so a repeated data URL costs one
+    blake3 pass instead of base64 decoding and header parsing.
+    """
+
+    def __init__(self, model: VisionModel, profile: Profile, memo_size: int = 8192) -> None:
+        self.model, self.p = model, profile
+        self.mode = profile.key_mode
+        self._memo: dict[tuple[bytes, str | None], SimImage] = {}
+        self._memo_size = memo_size
+
+    def resolve(self, url: str, uuid: str | None) -> SimImage:
+        memo_key = (blake3.blake3(url.encode()).digest(), uuid)
+        hit = self._memo.get(memo_key)
+        if hit is not None:
+            return hit
+        im = self._resolve(url, uuid)
+        if len(self._memo) >= self._memo_size:
+            self._memo.clear()
+        self._memo[memo_key] = im
+        return im
+
+    def _sized(self, key: str, w: int, h: int, is_url: bool) -> SimImage:
+        m = self.model
+        try:
+            return SimImage(key, m.image_tokens(w, h), m.prompt_tokens(w, h), m.entry_bytes(w, h),
+                            is_url)
+        except UserError as exc:
+            raise RequestError(400, f"image rejected: {exc}") from None
+
+    def _resolve(self, url: str, uuid: str | None) -> SimImage:
+        mode = self.mode
+        if url.startswith("data:"):
+            head = url[:url.find(",")] if "," in url else url[:64]
+            if ";base64" not in head:
+                raise RequestError(400, "image data URLs must be base64-encoded")
+            if not head[5:].startswith("image/"):
+                raise RequestError(400, f"unsupported media type in data URL: {head[5:40]!r}")
+            try:
+                data = decode_data_url(url)
+                w, h = image_dims(data)
+                if mode == "pixels":
+                    key = pixel_key(data)
+                elif mode == "reference":
+                    key = reference_key(url)
+                elif mode == "uuid" and uuid:
+                    key = "uuid:" + uuid
+                else:
+                    key = bytes_key(data)
+            except DatasetError as exc:
+                raise RequestError(400, f"invalid image: {exc}") from None
+            return self._sized(key, w, h, False)
+        w, h = self.p.default_image_size
+        if not url:
+            if not uuid:
+                raise RequestError(400, "image_url.url is empty and no uuid was given")
+            return self._sized("uuid:" + uuid, w, h, False)
+        if url.startswith(("http://", "https://")):
+            key = "uuid:" + uuid if (mode == "uuid" and uuid) else reference_key(url)
+            return self._sized(key, w, h, True)
+        raise RequestError(400, "image_url.url must be a data: URL or an http(s) URL")
+
+
+def _text_tokens(text: str, bytes_per_token: float) -> int:
+    return math.ceil(len(text.encode()) / bytes_per_token) if text else 0
+
+
+def _int_field(body: dict, name: str, minimum: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise RequestError(400, f"'{name}' must be an integer >= {minimum}")
+    return v
+
+
+def parse_body(raw: bytes, kind: str, profile: Profile, resolver: ImageResolver,
+               models: frozenset[str]) -> ParsedRequest:
+    """Validate an OpenAI request body; raise :class:`RequestError` on anything unusable."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, f"request body is not valid JSON: {exc.msg}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError(400, "missing required field 'model'")
+    if model not in models:
+        raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError",
+                           "model_not_found")
+    bpt = profile.text_bytes_per_token
+    text_tokens = 0
+    images: list[SimImage] = []
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError(400, "'messages' must be a non-empty list")
+        for msg in messages:
+            if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+                raise RequestError(400, "each message must be an object with a 'role'")
+            content = msg.get("content")
+            if content is None:
+                continue
+            if isinstance(content, str):
+                text_tokens += _text_tokens(content, bpt)
+                continue
+            if not isinstance(content, list):
+                raise RequestError(400, "message 'content' must be a string or a list of parts")
+            for part in content:
+                if not isinstance(part, dict):
+                    raise RequestError(400, "content parts must be objects")
+                ptype = part.get("type")
+                if ptype == "text":
+                    text = part.get("text")
+                    if not isinstance(text, str):
+                        raise RequestError(400, "text parts need a string 'text'")
+                    text_tokens += _text_tokens(text, bpt)
+                elif ptype == "image_url":
+                    iu = part.get("image_url")
+                    url = iu.get("url") if isinstance(iu, dict) else iu
+                    uuid = part.get("uuid")
+                    if not isinstance(url, str) or (uuid is not None and not isinstance(uuid, str)):
+                        raise RequestError(400, "image_url parts need a string 'url'")
+                    images.append(resolver.resolve(url, uuid))
+                else:
+                    raise RequestError(400, f"unsupported content part type {ptype!r}")
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            text_tokens = _text_tokens(prompt, bpt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(x, str) for x in prompt):
+            if len(prompt) > 1:
+                raise RequestError(400, "the simulator accepts one prompt per request")
+            text_tokens = _text_tokens(prompt[0], bpt)
+        elif (isinstance(prompt, list) and prompt
+              and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt)):
+            text_tokens = len(prompt)
+        else:
+            raise RequestError(400, "'prompt' must be a string, one-string list or token ids")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, "'stream' must be a boolean")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise RequestError(400, "'stream_options' must be an object")
+    include_usage = bool(opts and opts.get("include_usage")) and stream
+    n = body.get("n", 1)
+    if n != 1:
+        raise RequestError(400, "the simulator supports n = 1 only")
+    max_tokens = _int_field(body, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _int_field(body, "max_tokens", 1)
+    min_tokens = _int_field(body, "min_tokens", 0) or 0
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise RequestError(400, "'ignore_eos' must be a boolean")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise RequestError(400, "'min_tokens' must not exceed 'max_tokens'")
+    natural = profile.natural_output_tokens
+    if ignore_eos:
+        target = max_tokens if max_tokens is not None else natural
+    else:
+        target = natural if max_tokens is None else min(max_tokens, natural)
+    target = max(target, min_tokens, 1)
+    finish = "length" if max_tokens is not None and target >= max_tokens else "stop"
+    parsed = ParsedRequest(kind, model, stream, include_usage, text_tokens, images, target, finish)
+    if parsed.prompt_tokens + target > profile.max_model_len:
+        raise RequestError(400, f"prompt ({parsed.prompt_tokens} tokens) plus output ({target}) "
+                                f"exceeds the maximum context length {profile.max_model_len}")
+    return parsed
+
+
+class Responder:
+    """Pre-serialised response pieces for one request (streaming chunks and final bodies)."""
+
+    __slots__ = ("req", "rid", "created", "model", "_pre")
+
+    def __init__(self, req: ParsedRequest, rid: str) -> None:
+        self.req, self.rid = req, rid
+        self.created = int(time.time())
+        self.model = req.model
+        obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
+        self._pre = (b'data: {"id":"' + rid.encode() + b'","object":"' + obj.encode()
+                     + b'","created":' + str(self.created).encode() + b',"model":'
+                     + orjson.dumps(req.model) + b',"choices":[{"index":0,')
+
+    def chunk(self, i: int, last: bool) -> bytes:
+        """SSE event for token ``i`` (0-based)."""
+        word = orjson.dumps(WORDS[i % len(WORDS)])
+        fin = orjson.dumps(self.req.finish_reason) if last else b"null"
+        if self.req.kind == "chat":
+            delta = b'{"role":"assistant","content":' if i == 0 else b'{"content":'
+            return self._pre + b'"delta":' + delta + word + b'},"logprobs":null,"finish_reason":' + fin + b"}]}\n\n"
+        return self._pre + b'"text":' + word + b',"logprobs":null,"finish_reason":' + fin + b"}]}\n\n"
+
+    def usage(self, completion: int) -> dict[str, int]:
+        p = self.req.prompt_tokens
+        return {"prompt_tokens": p, "completion_tokens": completion, "total_tokens": p + completion}
+
+    def usage_chunk(self, completion: int) -> bytes:
+        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
+        return b"data: " + orjson.dumps({"id": self.rid, "object": obj, "created": self.created,
+                                         "model": self.model, "choices": [],
+                                         "usage": self.usage(completion)}) + b"\n\n"
+
+    def full(self, completion: int) -> bytes:
+        text = "".join(WORDS[i % len(WORDS)] for i in range(completion))
+        if self.req.kind == "chat":
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "logprobs": None, "finish_reason": self.req.finish_reason}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None,
+                      "finish_reason": self.req.finish_reason}
+            obj = "text_completion"
+        return orjson.dumps({"id": self.rid, "object": obj, "created": self.created,
+                             "model": self.model, "choices": [choice],
+                             "usage": self.usage(completion),
+                             "system_fingerprint": "mmdatagen-sim"})
+
+
+DONE = b"data: [DONE]\n\n"

@@ -1,0 +1,71 @@
+"""Run the simulator server until SIGINT/SIGTERM: bind, announce the port, serve, shut down."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from ..errors import UserError
+from .server import SimServer
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"cannot resolve --host {host}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path | None,
+                        quiet: bool = False) -> None:
+    sock = _bind(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}"
+    runner = web.AppRunner(sim.app(), access_log=None, handler_cancellation=True,
+                           shutdown_timeout=2.0)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready_file is not None:
+        tmp = ready_file.with_name(ready_file.name + ".tmp")
+        tmp.write_text(json.dumps({"url": url, "port": bound, "pid": os.getpid()}))
+        os.replace(tmp, ready_file)
+    print(f"mmdatagen serve: listening on {url} (profile {sim.p.name}, "
+          f"embedding cache {sim.cache_gb:g} GiB, time scale {sim.scale:g}; "
+          "a performance model, not a language model)", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        if not quiet:
+            print("mmdatagen serve: shutting down", file=sys.stderr, flush=True)
+        await runner.cleanup()
+
+
+def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    runner(serve_forever(sim, host, port, ready_file))
