@@ -53,8 +53,16 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console entry point."""
-    cli.main(prog_name="mmdatagen")
+    """Console entry point: usage errors are one line too, exit code 2."""
+    try:
+        code = cli.main(prog_name="mmdatagen", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

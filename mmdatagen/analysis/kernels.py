@@ -1,0 +1,81 @@
+"""The one-pass byte-LRU kernel, written once and run either as plain Python or compiled by numba.
+
+For every reference it computes the smallest byte capacity at which that reference hits in an LRU
+that evicts whole objects from the LRU end: ``size(x) + sum(size(y) for distinct y referenced
+since x's previous reference)``; first references get -1 (they miss at every capacity).
+
+The sum is a Fenwick tree over "slots": every object holds one slot, at its last access, weighted
+by its size. Slots are handed out in access order; when they run out, live slots are renumbered
+in order (compaction), so the tree stays about twice the number of distinct objects (cache
+friendly) whatever the trace length.
+"""
+from __future__ import annotations
+
+
+def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):  # pragma: no cover - numba twin
+    """Fill ``req`` (required capacity per reference, -1 for a first reference).
+
+    ``ids``: dense object ids per reference; ``sizes``: size per reference (an object's size is
+    taken from its first reference). Work buffers: ``last`` and ``osize`` per object (``last``
+    preset to -1), ``tree`` and ``slot_obj`` of length T + 1 (T >= number of objects + 1, zeros
+    and -1). Works on numpy arrays (numba) and on Python lists alike.
+    """
+    n = len(ids)
+    cap = len(tree) - 1
+    nxt = 1
+    total = 0
+    for i in range(n):
+        x = ids[i]
+        p = last[x]
+        if p < 0:
+            s = sizes[i]
+            osize[x] = s
+            total += s
+            req[i] = -1
+        else:
+            s = osize[x]
+            pre = 0
+            k = p
+            while k > 0:
+                pre += tree[k]
+                k -= k & -k
+            req[i] = total - pre + s
+            k = p
+            while k <= cap:
+                tree[k] -= s
+                k += k & -k
+            slot_obj[p] = -1
+        if nxt > cap:
+            # compaction: renumber live slots 1..L in order, rebuild the tree in linear time
+            live = 0
+            for j in range(1, cap + 1):
+                o = slot_obj[j]
+                if o >= 0:
+                    live += 1
+                    slot_obj[j] = -1
+                    slot_obj[live] = o
+                    last[o] = live
+            for j in range(1, cap + 1):
+                tree[j] = osize[slot_obj[j]] if j <= live else 0
+            for j in range(1, cap + 1):
+                k = j + (j & -j)
+                if k <= cap:
+                    tree[k] += tree[j]
+            nxt = live + 1
+        k = nxt
+        while k <= cap:
+            tree[k] += s
+            k += k & -k
+        slot_obj[nxt] = x
+        last[x] = nxt
+        nxt += 1
+    return req
+
+
+def _compiled():
+    """The numba-compiled kernel (cached on disk), or None when numba is unavailable."""
+    try:
+        import numba
+    except ImportError:  # pragma: no cover - numba is a dependency; keep working without it
+        return None
+    return numba.njit(cache=True, nogil=True)(stack_kernel)

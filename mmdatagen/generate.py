@@ -1,0 +1,276 @@
+"""Materialise a plan into a dataset: images, texts, JSONL rows and the manifest.
+
+One pipeline serves every workload kind. Each distinct image is rendered and encoded once
+(file delivery) or on demand with a bounded cache (inline data URLs), in parallel threads
+(PIL, zlib and numpy release the GIL); rows stream to a temporary file renamed at the end.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from . import __version__
+from .content.images import ImageFactory
+from .content.text import TextEngine
+from .errors import UserError
+from .io.atomic import atomic_open, atomic_write_bytes, check_target
+from .io.manifest import manifest_path, write_manifest
+from .io.rows import dumps_line, session_object, turn_object
+from .plans.base import Plan, shard_range
+
+DELIVERIES = ("path", "data-url", "url")
+OUTPUT_FORMATS = ("single_turn", "multi_turn")
+UUID_NAMESPACE = uuid.UUID("6f0c2f4e-3b1a-5d8e-9c7b-2a4d6e8f0a1c")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How rows reference images: file paths, inline base64 data URLs, or http(s) URLs."""
+
+    mode: str = "path"
+    image_dir: Path | None = None
+    path_prefix: str | None = None
+    base_url: str | None = None
+    uuids: bool = False
+
+    def validate(self) -> None:
+        if self.mode not in DELIVERIES:
+            raise UserError(f"unknown delivery {self.mode!r}; choose from {', '.join(DELIVERIES)}")
+        if self.mode == "url" and not (self.base_url or "").startswith(("http://", "https://")):
+            raise UserError("--delivery url needs --base-url starting with http:// or https://")
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """Where and how the dataset is written."""
+
+    path: Path
+    fmt: str = "single_turn"
+    shard_index: int = 0
+    num_shards: int = 1
+    force: bool = False
+    quiet: bool = False
+    workers: int = 0
+    output_length: int | None = None
+    cache_mb: int = 192
+
+    def validate(self) -> None:
+        if self.fmt not in OUTPUT_FORMATS:
+            raise UserError(f"unknown output format {self.fmt!r}; choose from {', '.join(OUTPUT_FORMATS)}")
+        if self.output_length is not None and self.output_length <= 0:
+            raise UserError("--output-length must be a positive integer")
+        if self.workers < 0:
+            raise UserError("--workers must be zero (all cores) or positive")
+
+    @property
+    def final_path(self) -> Path:
+        """The file this shard writes (a shard suffix when the dataset is split)."""
+        if self.num_shards == 1:
+            return self.path
+        stem, suffix = self.path.name, ""
+        if stem.endswith(".jsonl"):
+            stem, suffix = stem[:-6], ".jsonl"
+        return self.path.with_name(f"{stem}.shard-{self.shard_index:05d}-of-{self.num_shards:05d}{suffix}")
+
+
+@dataclass
+class Result:
+    """What a generation wrote."""
+
+    path: Path
+    manifest: Path
+    rows: int
+    images: int
+    image_dir: Path | None
+    seconds: float
+    manifest_data: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def progress(total: int, desc: str, quiet: bool):
+    """A tqdm bar on stderr; silent with --quiet or when stderr is not a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img" if desc == "images" else "row",
+                disable=quiet or not sys.stderr.isatty(), file=sys.stderr, leave=False)
+
+
+def default_image_dir(output: Path) -> Path:
+    """``data.jsonl`` -> ``data_images/`` beside it (shared by all shards of one dataset)."""
+    name = output.name[:-6] if output.name.endswith(".jsonl") else output.name
+    return output.with_name(f"{name}_images")
+
+
+def _lines(plan: Plan, fmt: str) -> list[list[int]]:
+    """Row indices per output line: one row per line, or one session per line."""
+    if fmt == "single_turn":
+        return [[r] for r in range(plan.num_rows)]
+    if plan.sessions is None:
+        raise UserError("multi_turn output needs a workload with sessions")
+    return [g.tolist() for g in plan.session_groups()]
+
+
+class _Images:
+    """Encoded images of one run: metadata for the manifest, a bounded cache for inline rows."""
+
+    def __init__(self, plan: Plan, factory: ImageFactory, delivery: Delivery, out: OutputSpec):
+        self.plan, self.factory, self.delivery = plan, factory, delivery
+        self.meta: dict[int, dict[str, Any]] = {}
+        self.refs: dict[int, str] = {}
+        self.cache_budget = out.cache_mb * 1024 * 1024
+        self.cached_bytes = 0
+
+    def name(self, image_id: int) -> str:
+        return f"{image_id:06d}.{self.factory.style.extension}"
+
+    def encode(self, image_id: int) -> bytes:
+        data = self.factory.encode(image_id, int(self.plan.widths[image_id]), int(self.plan.heights[image_id]))
+        if image_id not in self.meta:
+            digest = blake3.blake3(data).hexdigest()
+            self.meta[image_id] = {"id": image_id, "ref": None, "width": int(self.plan.widths[image_id]),
+                                   "height": int(self.plan.heights[image_id]), "bytes": len(data),
+                                   "blake3": digest}
+        return data
+
+    def write_file(self, image_id: int) -> None:
+        """Render, encode and atomically write one image file (safe across shards)."""
+        data = self.encode(image_id)
+        assert self.delivery.image_dir is not None
+        atomic_write_bytes(self.delivery.image_dir / self.name(image_id), data)
+        ref = self.file_ref(image_id)
+        self.meta[image_id]["ref"] = ref
+        self.refs[image_id] = ref
+
+    def file_ref(self, image_id: int) -> str:
+        d = self.delivery
+        if d.mode == "url":
+            return f"{str(d.base_url).rstrip('/')}/{self.name(image_id)}"
+        prefix = d.path_prefix if d.path_prefix is not None else str(Path(d.image_dir).resolve())
+        return f"{prefix.rstrip('/')}/{self.name(image_id)}" if prefix else self.name(image_id)
+
+    def data_url(self, image_id: int) -> str:
+        data = self.encode(image_id)
+        return f"data:{self.factory.style.mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+    def uuid(self, image_id: int) -> str:
+        return str(uuid.uuid5(UUID_NAMESPACE, self.meta[image_id]["blake3"]))
+
+
+def _ensure_inline(images: _Images, pool: ThreadPoolExecutor, needed: list[int], bar) -> None:
+    """Encode the data URLs ``needed`` next that are not cached; evict to stay within budget."""
+    missing = [i for i in dict.fromkeys(needed) if i not in images.refs]
+    for image_id, url in zip(missing, pool.map(images.data_url, missing)):
+        images.refs[image_id] = url
+        images.cached_bytes += len(url)
+        bar.update(1)
+
+
+def _evict(images: _Images, uses: dict[int, deque], position: int) -> None:
+    """Drop data URLs never used again, then the furthest-next-use ones beyond the budget."""
+    for image_id in [i for i, q in uses.items() if i in images.refs and (not q or q[0] < position)]:
+        while uses[image_id] and uses[image_id][0] < position:
+            uses[image_id].popleft()
+        if not uses[image_id]:
+            images.cached_bytes -= len(images.refs.pop(image_id))
+    if images.cached_bytes > images.cache_budget:
+        for image_id in sorted(images.refs, key=lambda i: uses[i][0] if uses[i] else -1, reverse=True):
+            images.cached_bytes -= len(images.refs.pop(image_id))
+            if images.cached_bytes <= images.cache_budget:
+                break
+
+
+def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Delivery,
+             out: OutputSpec, params: dict[str, Any]) -> Result:
+    """Write the dataset shard described by ``out`` and its manifest; returns what was written."""
+    started = time.perf_counter()
+    delivery.validate()
+    out.validate()
+    lines = _lines(plan, out.fmt)
+    total_lines = len(lines)
+    span = shard_range(total_lines, out.shard_index, out.num_shards)
+    lines = lines[span.start:span.stop]
+    rows = [r for line in lines for r in line]
+    target = out.final_path
+    check_target(target, out.force)
+    check_target(manifest_path(target), out.force)
+    if delivery.mode != "data-url":
+        image_dir = delivery.image_dir or default_image_dir(out.path)
+        delivery = Delivery(delivery.mode, image_dir, delivery.path_prefix, delivery.base_url, delivery.uuids)
+        try:
+            image_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create image folder {image_dir}: {exc.strerror}") from None
+    images = _Images(plan, factory, delivery, out)
+    needed = list(dict.fromkeys(int(i) for r in rows for i in plan.image_ids[r]))
+    workers = out.workers or min(os.cpu_count() or 1, 8)
+    text_cache: dict[int, str] = {}
+    shared_text = len(set(plan.text_keys[rows].tolist())) < len(rows)
+
+    def row_text(r: int) -> str:
+        key = int(plan.text_keys[r])
+        if not shared_text:
+            return texts.text(key)
+        if key not in text_cache:
+            text_cache[key] = texts.text(key)
+        return text_cache[key]
+
+    def turn(r: int) -> dict[str, Any]:
+        ids = [int(i) for i in plan.image_ids[r]]
+        uuids = [images.uuid(i) for i in ids] if delivery.uuids else None
+        sid = plan.session_id(r) if out.fmt == "single_turn" else None
+        return turn_object(row_text(r), [images.refs[i] for i in ids], uuids, sid, out.output_length)
+
+    with ThreadPoolExecutor(workers) as pool, progress(len(needed), "images", out.quiet) as ibar:
+        if delivery.mode != "data-url":
+            for _ in pool.map(images.write_file, needed):
+                ibar.update(1)
+        uses: dict[int, deque] = {}
+        for pos, r in enumerate(rows):
+            for i in plan.image_ids[r]:
+                uses.setdefault(int(i), deque()).append(pos)
+        chunk = max(1, workers)
+        with atomic_open(target, "wb") as fh, progress(len(rows), "rows", out.quiet) as rbar:
+            pos = 0
+            for start in range(0, len(lines), chunk):
+                batch = lines[start:start + chunk]
+                batch_rows = [r for line in batch for r in line]
+                if delivery.mode == "data-url":
+                    _ensure_inline(images, pool, [int(i) for r in batch_rows for i in plan.image_ids[r]],
+                                   ibar)
+                for line in batch:
+                    if out.fmt == "single_turn":
+                        obj = turn(line[0])
+                    else:
+                        obj = session_object(plan.session_id(line[0]), [turn(r) for r in line])
+                    fh.write(dumps_line(obj))
+                    rbar.update(len(line))
+                pos += len(batch_rows)
+                if delivery.mode == "data-url":
+                    _evict(images, uses, pos)
+        manifest = {
+            "manifest_version": 1, "mmdatagen_version": __version__, "kind": plan.kind,
+            "format": out.fmt, "params": params, "seed": plan.params.get("seed"),
+            "shard": {"index": out.shard_index, "num_shards": out.num_shards,
+                      "lines": [span.start, span.stop], "total_lines": total_lines},
+            "delivery": delivery.mode, "image_format": factory.style.fmt,
+            "image_content": factory.style.content, "text_tokens": texts.tokens,
+            "tokenizer": texts.tok.name,
+            "images": [images.meta[i] for i in sorted(images.meta)],
+            "rows": [[int(i) for i in plan.image_ids[r]] for r in rows],
+            "sessions": None if plan.sessions is None else [plan.session_id(r) for r in rows],
+            "image_uuids": ({str(i): images.uuid(i) for i in sorted(images.meta)}
+                            if delivery.uuids else None),
+        }
+        mpath = write_manifest(target, manifest)
+    return Result(path=target, manifest=mpath, rows=len(rows), images=len(needed),
+                  image_dir=delivery.image_dir, seconds=time.perf_counter() - started,
+                  manifest_data=manifest)

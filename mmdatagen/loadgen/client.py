@@ -1,0 +1,531 @@
+"""HTTP clients for the loader: a lean raw-asyncio HTTP/1.1 keep-alive client (default) and aiohttp.
+
+Both return a :class:`Result` with monotonic-ns timestamps taken where bytes arrive: the request
+start just before the first byte is written, the first and last *content* chunks (SSE events
+whose delta carries text), and the last byte of the response. Every failure becomes a classified
+``error`` dict (``HTTPError``, ``Timeout``, ``ConnectionError``, ``ConnectionReset``,
+``MalformedStream``, ``EmptyResponse``, ``ServerError``); nothing raises out of ``request``.
+
+Why raw by default: measured with benchmarks/bench_loadgen.py, the raw client (an asyncio
+Protocol parsing responses inside ``data_received``) sustains a markedly higher request rate
+than aiohttp's client on one core and adds less to TTFT, since there is no per-request
+ClientResponse / StreamReader machinery. aiohttp remains for https and as a cross-check.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import orjson
+
+from ..errors import UserError
+
+_now = time.perf_counter_ns
+MAX_HEAD = 64 * 1024
+CACHE_HEADERS = (b"x-mmdatagen-image-hits", b"x-mmdatagen-image-misses",
+                 b"x-mmdatagen-server-ttft-ns")
+
+
+@dataclass
+class Result:
+    """One request's outcome; times are ``time.perf_counter_ns`` values."""
+
+    start_ns: int = 0
+    first_ns: int | None = None
+    last_ns: int | None = None
+    end_ns: int | None = None
+    status: int | None = None
+    chunks: int = 0
+    text: str | None = None
+    usage: dict | None = None
+    image_hits: int | None = None
+    image_misses: int | None = None
+    server_ttft_ns: int | None = None
+    error: dict | None = None
+
+
+def error(kind: str, message: str, code: int | str | None = None) -> dict:
+    return {"type": kind, "code": code, "message": message}
+
+
+def _int_or_none(v: bytes | str | None) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except ValueError:
+        return None
+
+
+class _Content:
+    """Extracts content/usage/errors from SSE events or a JSON body into a Result."""
+
+    __slots__ = ("res", "collect", "parts", "malformed", "done")
+
+    def __init__(self, res: Result, collect: bool) -> None:
+        self.res = res
+        self.collect = collect
+        self.parts: list[str] | None = [] if collect else None
+        self.malformed: str | None = None
+        self.done = False
+
+    def event(self, raw: bytes, ts: int) -> None:
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self.malformed = f"invalid JSON in stream: {raw[:80]!r}"
+            return
+        if not isinstance(obj, dict):
+            self.malformed = "stream event is not a JSON object"
+            return
+        self.absorb(obj, ts, delta=True)
+
+    def absorb(self, obj: dict, ts: int, delta: bool) -> None:
+        err = obj.get("error")
+        if err is not None and self.res.error is None:
+            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            code = err.get("code") if isinstance(err, dict) else None
+            self.res.error = error("ServerError", str(msg)[:300], code)
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.res.usage = usage
+        choices = obj.get("choices")
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            return
+        c0 = choices[0]
+        src = c0.get("delta" if delta else "message")
+        text = None
+        if isinstance(src, dict):
+            text = src.get("content") or src.get("reasoning_content")
+        if not text:
+            text = c0.get("text")
+        if text:
+            res = self.res
+            if res.first_ns is None:
+                res.first_ns = ts
+            res.last_ns = ts
+            res.chunks += 1
+            if self.parts is not None:
+                self.parts.append(text if isinstance(text, str) else str(text))
+
+
+class _Exchange:
+    """Parses one HTTP/1.1 response as bytes arrive (head, then chunked/length/close framing)."""
+
+    __slots__ = ("fut", "res", "content", "streaming", "state", "buf", "length", "chunked",
+                 "sse", "body", "keep_alive", "is_sse", "got_bytes")
+
+    def __init__(self, fut: asyncio.Future, res: Result, streaming: bool, collect: bool) -> None:
+        self.fut = fut
+        self.res = res
+        self.content = _Content(res, collect)
+        self.streaming = streaming
+        self.state = 0  # 0 head, 1 body, 2 chunk trailer, 3 done
+        self.buf = b""
+        self.length: int | None = None
+        self.chunked = False
+        self.sse = b""
+        self.body: list[bytes] = []
+        self.keep_alive = True
+        self.is_sse = False
+        self.got_bytes = False
+
+    # -- framing -------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        ts = _now()
+        self.got_bytes = True
+        self.res.end_ns = ts
+        if self.state == 0:
+            data = self.buf + data if self.buf else data
+            i = data.find(b"\r\n\r\n")
+            if i < 0:
+                if len(data) > MAX_HEAD:
+                    return self.fail(error("MalformedStream", "response head too large"))
+                self.buf = data
+                return
+            self.buf = b""
+            if not self._head(data[:i]):
+                return
+            data = data[i + 4:]
+            self.state = 1
+            if self.length == 0 and not self.chunked:
+                return self.finish(ts)
+            if not data:
+                return
+        if self.chunked:
+            self._chunked(data, ts)
+        elif self.length is not None:
+            if len(data) >= self.length:
+                if len(data) > self.length:
+                    self.keep_alive = False
+                self._payload(data[:self.length], ts)
+                self.length = 0
+                self.finish(ts)
+            else:
+                self.length -= len(data)
+                self._payload(data, ts)
+        else:
+            self._payload(data, ts)  # close-delimited
+
+    def _head(self, head: bytes) -> bool:
+        lines = head.split(b"\r\n")
+        status_line = lines[0].split(b" ", 2)
+        if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
+            self.fail(error("MalformedStream", f"not an HTTP response: {lines[0][:60]!r}"))
+            return False
+        try:
+            self.res.status = int(status_line[1])
+        except ValueError:
+            self.fail(error("MalformedStream", "bad HTTP status line"))
+            return False
+        if status_line[0] == b"HTTP/1.0":
+            self.keep_alive = False
+        res = self.res
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            value = value.strip()
+            if name == b"content-length":
+                self.length = _int_or_none(value)
+            elif name == b"transfer-encoding":
+                self.chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                if value.lower() == b"close":
+                    self.keep_alive = False
+            elif name == b"content-type":
+                self.is_sse = b"text/event-stream" in value.lower()
+            elif name.startswith(b"x-mmdatagen-"):
+                if name == CACHE_HEADERS[0]:
+                    res.image_hits = _int_or_none(value)
+                elif name == CACHE_HEADERS[1]:
+                    res.image_misses = _int_or_none(value)
+                elif name == CACHE_HEADERS[2]:
+                    res.server_ttft_ns = _int_or_none(value)
+        if self.chunked:
+            self.length = None
+        elif self.length is None:
+            self.keep_alive = False
+        return True
+
+    def _chunked(self, data: bytes, ts: int) -> None:
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        n = len(buf)
+        while pos < n:
+            if self.state == 2:  # after the zero-size chunk: optional trailers then CRLF
+                if buf.startswith(b"\r\n", pos):
+                    pos += 2
+                else:
+                    j = buf.find(b"\r\n\r\n", pos)
+                    if j < 0:
+                        break
+                    pos = j + 4
+                if pos < n:
+                    self.keep_alive = False
+                self.buf = b""
+                return self.finish(ts)
+            j = buf.find(b"\r\n", pos)
+            if j < 0:
+                break
+            try:
+                size = int(buf[pos:j].split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.buf = b""
+                return self.fail(error("MalformedStream", "bad chunk size"))
+            if size == 0:
+                self.state = 2
+                pos = j + 2
+                continue
+            end = j + 2 + size
+            if end + 2 > n:
+                break
+            self._payload(buf[j + 2:end], ts)
+            pos = end + 2
+        self.buf = buf[pos:] if pos < n else b""
+
+    # -- payload -------------------------------------------------------------------------
+    def _payload(self, data: bytes, ts: int) -> None:
+        if self.is_sse and self.res.status == 200:
+            buf = self.sse + data if self.sse else data
+            lines = buf.split(b"\n")
+            self.sse = lines.pop()
+            content = self.content
+            for line in lines:
+                if line.startswith(b"data:"):
+                    val = line[5:].strip()
+                    if val == b"[DONE]":
+                        content.done = True
+                    elif val:
+                        content.event(val, ts)
+        else:
+            self.body.append(data)
+
+    def finish(self, ts: int) -> None:
+        if self.state == 3:
+            return
+        self.state = 3
+        res = self.res
+        res.end_ns = ts
+        content = self.content
+        if self.sse.strip():
+            line = self.sse.strip()
+            self.sse = b""
+            if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
+                content.event(line[5:].strip(), ts)
+        body = b"".join(self.body)
+        status = res.status or 0
+        if res.error is None:
+            if status >= 400 or status < 200:
+                res.error = error("HTTPError", _error_message(body) or f"HTTP {status}", status)
+            elif not self.is_sse:
+                try:
+                    obj = orjson.loads(body) if body else None
+                except orjson.JSONDecodeError:
+                    obj = None
+                if not isinstance(obj, dict):
+                    res.error = (error("EmptyResponse", "empty response body") if not body.strip()
+                                 else error("MalformedStream", f"response is not JSON: {body[:80]!r}"))
+                else:
+                    content.absorb(obj, ts, delta=False)
+            if res.error is None:
+                if content.malformed:
+                    res.error = error("MalformedStream", content.malformed)
+                elif res.first_ns is None:
+                    res.error = error("EmptyResponse", "response carried no content")
+        if content.parts is not None:
+            res.text = "".join(content.parts)
+        if not self.fut.done():
+            self.fut.set_result(None)
+
+    def fail(self, err: dict) -> None:
+        self.state = 3
+        self.keep_alive = False
+        if self.res.error is None:
+            self.res.error = err
+        if not self.fut.done():
+            self.fut.set_result(None)
+
+    def eof(self) -> None:
+        """The peer closed the connection."""
+        if self.state == 3:
+            return
+        self.keep_alive = False
+        if self.state == 1 and not self.chunked and self.length is None:
+            return self.finish(_now())  # close-delimited body
+        what = "mid-stream" if self.got_bytes else "before any response"
+        self.fail(error("ConnectionReset", f"connection closed {what}"))
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; routes bytes to the current exchange."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.ex: _Exchange | None = None
+        self.closed = False
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.ex
+        if ex is None or ex.state == 3:
+            self.closed = True  # unsolicited bytes: do not reuse
+            if self.transport:
+                self.transport.close()
+            return
+        ex.feed(data)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self.ex is not None:
+            self.ex.eof()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:200].decode("utf-8", "replace").strip()
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)[:300]
+        return str(err)[:300]
+    return str(obj)[:300]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed base URL."""
+
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        if "://" not in url:
+            url = "http://" + url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UserError(f"--url must be http(s)://host[:port], got {url!r}")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise UserError(f"bad port in --url {url!r}") from None
+        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+    def path_for(self, endpoint_path: str) -> str:
+        """Base path + endpoint path, without doubling ``/v1`` when the URL already ends in it."""
+        if self.base_path.endswith("/v1") and endpoint_path.startswith("/v1/"):
+            return self.base_path + endpoint_path[3:]
+        return self.base_path + endpoint_path
+
+
+class RawClient:
+    """Minimal HTTP/1.1 keep-alive client over asyncio (plain http only)."""
+
+    def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str]) -> None:
+        if target.scheme != "http":
+            raise UserError("the raw client speaks plain http; use --http-client aiohttp for https")
+        self.target = target
+        self.timeout_s = timeout_s
+        self.idle: list[_Conn] = []
+        host = target.host if target.port == 80 else f"{target.host}:{target.port}"
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._fixed = (f"Host: {host}\r\nContent-Type: application/json\r\n"
+                       f"Accept: application/json, text/event-stream\r\n{extra}").encode("latin-1")
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(_Conn, self.target.host, self.target.port)
+        return conn
+
+    async def request(self, path: str, body: bytes, headers: str, *, streaming: bool,
+                      collect_text: bool = False) -> Result:
+        """POST ``body`` to ``path``; ``headers`` is extra ``K: V\\r\\n`` text (per request)."""
+        head = (f"POST {path} HTTP/1.1\r\nContent-Length: {len(body)}\r\n{headers}".encode("latin-1")
+                + self._fixed + b"\r\n")
+        res = Result()
+        loop = asyncio.get_running_loop()
+        for attempt in (0, 1):
+            reused = bool(self.idle)
+            res = Result(start_ns=_now())
+            try:
+                conn = self.idle.pop() if reused else await self._connect()
+            except OSError as exc:
+                res.end_ns = _now()
+                res.error = error("ConnectionError", f"cannot connect: {exc.strerror or exc}")
+                return res
+            fut = loop.create_future()
+            ex = _Exchange(fut, res, streaming, collect_text)
+            conn.ex = ex
+            timer = loop.call_later(self.timeout_s, _timeout, ex, conn, self.timeout_s)
+            try:
+                if conn.closed or conn.transport is None or conn.transport.is_closing():
+                    ex.eof()
+                elif len(body) > 65536:
+                    conn.transport.write(head)
+                    conn.transport.write(body)
+                else:
+                    conn.transport.write(head + body)
+                await fut
+            except asyncio.CancelledError:
+                conn.close()
+                raise
+            finally:
+                timer.cancel()
+                conn.ex = None
+            if ex.keep_alive and ex.state == 3 and not conn.closed:
+                self.idle.append(conn)
+            else:
+                conn.close()
+            # a stale keep-alive connection closed by the server before answering: retry once
+            if (reused and attempt == 0 and res.error is not None
+                    and res.error["type"] == "ConnectionReset" and not ex.got_bytes):
+                continue
+            return res
+        return res
+
+    async def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
+        self.idle.clear()
+
+
+def _timeout(ex: _Exchange, conn: _Conn, seconds: float) -> None:
+    ex.fail(error("Timeout", f"no complete response within {seconds:g} s"))
+    conn.close()
+
+
+class AiohttpClient:
+    """The same interface over aiohttp (https, and the comparison in the benchmark)."""
+
+    def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str]) -> None:
+        import aiohttp
+
+        self.aiohttp = aiohttp
+        self.base = f"{target.scheme}://{target.host}:{target.port}"
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s = timeout_s
+        self.headers = {"Content-Type": "application/json", **headers}
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=False), timeout=self.timeout,
+            skip_auto_headers=("User-Agent",))
+
+    async def request(self, path: str, body: bytes, headers: str, *, streaming: bool,
+                      collect_text: bool = False) -> Result:
+        hdrs = dict(self.headers)
+        for line in headers.split("\r\n"):
+            if line:
+                k, _, v = line.partition(":")
+                hdrs[k.strip()] = v.strip()
+        res = Result(start_ns=_now())
+        fut = asyncio.get_running_loop().create_future()
+        ex = _Exchange(fut, res, streaming, collect_text)
+        ex.state = 1
+        try:
+            async with self.session.post(self.base + path, data=body, headers=hdrs) as resp:
+                res.status = resp.status
+                ex.is_sse = "text/event-stream" in resp.headers.get("Content-Type", "")
+                h = resp.headers
+                res.image_hits = _int_or_none(h.get("x-mmdatagen-image-hits"))
+                res.image_misses = _int_or_none(h.get("x-mmdatagen-image-misses"))
+                res.server_ttft_ns = _int_or_none(h.get("x-mmdatagen-server-ttft-ns"))
+                async for data in resp.content.iter_any():
+                    ts = _now()
+                    res.end_ns = ts
+                    ex.got_bytes = True
+                    ex._payload(data, ts)
+                ex.finish(_now())
+        except asyncio.TimeoutError:
+            ex.fail(error("Timeout", f"no complete response within {self.timeout_s:g} s"))
+        except self.aiohttp.ClientPayloadError as exc:
+            ex.fail(error("ConnectionReset", f"connection closed mid-stream ({exc})"))
+        except (self.aiohttp.ServerDisconnectedError, ConnectionResetError) as exc:
+            ex.fail(error("ConnectionReset", f"connection closed ({exc.__class__.__name__})"))
+        except self.aiohttp.ClientConnectorError as exc:
+            ex.fail(error("ConnectionError", f"cannot connect: {exc}"))
+        except (self.aiohttp.ClientError, OSError) as exc:
+            ex.fail(error("ConnectionError", f"{exc.__class__.__name__}: {exc}"))
+        if res.end_ns is None:
+            res.end_ns = _now()
+        return res
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+def make_client(kind: str, url: str, *, timeout_s: float, headers: dict[str, str]):
+    """``raw`` (default; falls back to aiohttp for https) or ``aiohttp``."""
+    target = Target.parse(url)
+    if kind == "raw" and target.scheme == "http":
+        return RawClient(target, timeout_s=timeout_s, headers=headers), target
+    return AiohttpClient(target, timeout_s=timeout_s, headers=headers), target
