@@ -75,6 +75,7 @@ class RequestRecord:
     response_end_ns: int | None = None
     predicted_hits: int | None = None
     http_status: int | None = None
+    dispatch_index: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -247,7 +248,7 @@ def record_line(r: RequestRecord) -> dict[str, Any]:
         "num_images": r.num_images, "output_tokens": r.output_tokens,
         "input_tokens": r.input_tokens, "image_hits": r.image_hits,
         "image_misses": r.image_misses, "server_ttft_ns": r.server_ttft_ns,
-        "predicted_hits": r.predicted_hits,
+        "predicted_hits": r.predicted_hits, "dispatch_index": r.dispatch_index,
     }
     metrics = {tag: {"value": v, "unit": RECORD_METRICS[tag][0]} for tag, v in r.values().items()}
     return {"metadata": meta, "metrics": metrics, "error": r.error}

@@ -124,6 +124,7 @@ class Context:
     records: list[RequestRecord] = field(default_factory=list)
     on_start: Callable[[Turn, list[dict] | None], None] | None = None
     in_flight: int = 0
+    started: int = 0
     errors: int = 0
     done: int = 0
 
@@ -158,7 +159,10 @@ async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
         res = Result(start_ns=now, end_ns=now,
                      error=error("InvalidRequest", f"{exc.__class__.__name__}: {exc}"[:300]))
         payload = None
+    dispatch_index = None
     if payload is not None:
+        dispatch_index = ctx.started
+        ctx.started += 1
         if ctx.on_start is not None:
             ctx.on_start(turn, history)
         ctx.in_flight += 1
@@ -171,20 +175,21 @@ async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
             res = Result(start_ns=now, end_ns=now,
                          error=error("Cancelled", "request cancelled at shutdown"))
             ctx.in_flight -= 1
-            _record(ctx, sess, turn, phase, xid, res)
+            _record(ctx, sess, turn, phase, xid, res, dispatch_index)
             raise
         except Exception as exc:  # never crash the run on a client bug
             now = time.perf_counter_ns()
             res = Result(start_ns=now, end_ns=now,
                          error=error("ClientError", f"{exc.__class__.__name__}: {exc}"[:300]))
         ctx.in_flight -= 1
-    _record(ctx, sess, turn, phase, xid, res)
+    _record(ctx, sess, turn, phase, xid, res, dispatch_index)
     if history is not None and payload is not None and "messages" in body:
         history.append(body["messages"][-1])
         history.append({"role": "assistant", "content": res.text or ""})
 
 
-def _record(ctx: Context, sess: Session, turn: Turn, phase: str, xid: str, res: Result) -> None:
+def _record(ctx: Context, sess: Session, turn: Turn, phase: str, xid: str, res: Result,
+            dispatch_index: int | None) -> None:
     streaming = ctx.body_cfg.streaming
     ok = res.error is None
     usage = res.usage or {}
@@ -198,7 +203,7 @@ def _record(ctx: Context, sess: Session, turn: Turn, phase: str, xid: str, res: 
         input_tokens=prompt if isinstance(prompt, int) else None, num_images=n_img,
         error=res.error, image_hits=res.image_hits, image_misses=res.image_misses,
         server_ttft_ns=res.server_ttft_ns, x_request_id=xid, streaming=streaming,
-        response_end_ns=res.end_ns, http_status=res.status))
+        response_end_ns=res.end_ns, http_status=res.status, dispatch_index=dispatch_index))
     ctx.done += 1
     if not ok:
         ctx.errors += 1

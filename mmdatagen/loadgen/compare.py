@@ -1,0 +1,144 @@
+"""The A/B table in the seeds' shape: Metric | A | B | Delta % (Delta = (A - B) / B).
+
+Reads our ``profile_export_mmdatagen.json`` or AIPerf's ``profile_export_aiperf.json`` (same
+top-level metric blocks), so runs of either tool can be compared.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import UserError
+from ..metrics import EXPORT_NAME
+
+EXPORT_CANDIDATES = (EXPORT_NAME, "profile_export_aiperf.json")
+
+# label, metric tag, statistic
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("Output TPS (tok/s)", "output_token_throughput", "avg"),
+    ("TTFT avg (ms)", "time_to_first_token", "avg"),
+    ("TTFT p50 (ms)", "time_to_first_token", "p50"),
+    ("TTFT p99 (ms)", "time_to_first_token", "p99"),
+    ("ITL avg (ms)", "inter_token_latency", "avg"),
+    ("Request latency avg (ms)", "request_latency", "avg"),
+    ("Request throughput (req/s)", "request_throughput", "avg"),
+)
+
+
+def find_export(path: Path) -> Path:
+    """A run folder (or an export file) -> its export JSON."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        for name in EXPORT_CANDIDATES:
+            if (path / name).is_file():
+                return path / name
+        hits = sorted(path.glob("**/profile_export_*.json"))
+        if hits:
+            return hits[0]
+        raise UserError(f"no profile export JSON in {path}")
+    raise UserError(f"not found: {path}")
+
+
+def load_export(path: Path) -> dict[str, Any]:
+    f = find_export(path)
+    try:
+        doc = orjson.loads(f.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {f}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{f} is not an export object")
+    return doc
+
+
+def _value(doc: dict, tag: str, stat: str) -> float | None:
+    block = doc.get(tag)
+    if block is None and isinstance(doc.get("records"), dict):  # tolerate nested layouts
+        block = doc["records"].get(tag)
+    if not isinstance(block, dict):
+        return None
+    v = block.get(stat)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def delta_pct(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return (a - b) / b * 100.0
+
+
+def compare(a: dict, b: dict, labels: tuple[str, str]) -> dict[str, Any]:
+    """Rows of (metric, A, B, delta %) plus cache hit rates when both runs measured them."""
+    rows = []
+    for label, tag, stat in ROWS:
+        va, vb = _value(a, tag, stat), _value(b, tag, stat)
+        rows.append({"metric": label, "tag": tag, "stat": stat, "a": va, "b": vb,
+                     "delta_pct": delta_pct(va, vb)})
+    ha = ((a.get("image_cache") or {}).get("measured") or {}).get("hit_rate")
+    hb = ((b.get("image_cache") or {}).get("measured") or {}).get("hit_rate")
+    if ha is not None or hb is not None:
+        rows.append({"metric": "Image cache hit rate (%)", "tag": "image_cache", "stat": "hit_rate",
+                     "a": None if ha is None else ha * 100, "b": None if hb is None else hb * 100,
+                     "delta_pct": None})
+    return {"labels": list(labels), "rows": rows}
+
+
+def _num(v: float | None) -> str:
+    return "N/A" if v is None else f"{v:,.1f}"
+
+
+def _pct(v: float | None) -> str:
+    return "N/A" if v is None else f"{v:+.1f} %"
+
+
+def markdown(table: dict) -> str:
+    la, lb = table["labels"]
+    lines = [f"| Metric | {la} | {lb} | Delta |", "|---|---|---|---|"]
+    for r in table["rows"]:
+        lines.append(f"| {r['metric']} | {_num(r['a'])} | {_num(r['b'])} | {_pct(r['delta_pct'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def plain(table: dict) -> str:
+    la, lb = table["labels"]
+    rows = [("Metric", la, lb, "Delta %")]
+    rows += [(r["metric"], _num(r["a"]), _num(r["b"]), _pct(r["delta_pct"])) for r in table["rows"]]
+    w = [max(len(r[i]) for r in rows) for i in range(4)]
+    out = []
+    for i, r in enumerate(rows):
+        out.append("  ".join([r[0].ljust(w[0])] + [c.rjust(x) for c, x in zip(r[1:], w[1:])]))
+        if i == 0:
+            out.append("  ".join("-" * x for x in w))
+    return "\n".join(out)
+
+
+def chart(table: dict, path: Path) -> None:
+    """Grouped bars of A vs B per metric, normalised to B (needs matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("the PNG chart needs matplotlib: pip install matplotlib") from None
+    rows = [r for r in table["rows"] if r["a"] is not None and r["b"] and r["tag"] != "image_cache"]
+    if not rows:
+        raise UserError("nothing to chart: no metric present in both runs")
+    la, lb = table["labels"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["a"] / r["b"] * 100 for r in rows], 0.4, label=la)
+    ax.bar([x + 0.2 for x in xs], [100.0] * len(rows), 0.4, label=lb)
+    for x, r in zip(xs, rows):
+        ax.annotate(_pct(r["delta_pct"]), (x - 0.2, r["a"] / r["b"] * 100), ha="center",
+                    va="bottom", fontsize=8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([r["metric"] for r in rows], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(f"% of {lb}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

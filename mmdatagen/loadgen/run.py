@@ -1,0 +1,340 @@
+"""Orchestration of one benchmark: target, dispatch, progress, SIGINT, cache evidence, exports."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UserError
+from ..io.readers import detect_format, iter_turns
+from ..metrics import build_export, console_table, write_exports
+from .client import make_client
+from .dispatch import Context, Scheduler, worker
+from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
+
+SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.I)
+RATE_DEFAULT_CAP = 1024
+
+
+@dataclass
+class BenchConfig:
+    """Everything one ``mmdatagen bench`` run needs (CLI flags, resolved)."""
+
+    input_file: Path
+    model: str
+    url: str | None = None
+    dataset_type: str = "auto"
+    concurrency: int | None = None
+    request_count: int | None = None
+    warmup_request_count: int = 0
+    extra_inputs: dict[str, Any] = field(default_factory=dict)
+    streaming: bool = False
+    output_dir: Path = Path("artifacts/bench")
+    request_rate: float | None = None
+    arrival: str = "poisson"
+    benchmark_duration: float | None = None
+    request_timeout: float = 600.0
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key: str | None = None
+    endpoint_type: str = "chat"
+    profile: str = "qwen3-vl-30b-gb200"
+    cache_gb: float = 10.0
+    sim_args: list[str] = field(default_factory=list)
+    time_scale: float = 1.0
+    http_client: str = "raw"
+    grace_period: float = 30.0
+    seed: int = 0
+    quiet: bool = False
+    predict: bool = True
+    image_cache_bytes: int = 1 << 30
+
+    def public(self) -> dict[str, Any]:
+        """The config as written to exports: no API key, secret-looking headers redacted."""
+        d = asdict(self)
+        d.pop("api_key", None)
+        d["api_key_set"] = self.api_key is not None
+        d["headers"] = {k: ("<redacted>" if SECRET_HEADER.search(k) else v)
+                        for k, v in self.headers.items()}
+        d["input_file"] = str(self.input_file)
+        d["output_dir"] = str(self.output_dir)
+        return d
+
+
+@dataclass
+class BenchResult:
+    export: dict
+    records: list
+    paths: dict
+    table: str
+
+
+def _validate(cfg: BenchConfig) -> None:
+    if not Path(cfg.input_file).is_file():
+        raise UserError(f"input file not found: {cfg.input_file}")
+    if cfg.concurrency is not None and cfg.concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    if cfg.request_count is not None and cfg.request_count < 1:
+        raise UserError("--request-count must be at least 1")
+    if cfg.warmup_request_count < 0:
+        raise UserError("--warmup-request-count must be >= 0")
+    if cfg.request_rate is not None and cfg.request_rate <= 0:
+        raise UserError("--request-rate must be positive")
+    if cfg.benchmark_duration is not None and cfg.benchmark_duration <= 0:
+        raise UserError("--benchmark-duration must be positive")
+    if cfg.request_timeout <= 0:
+        raise UserError("--request-timeout must be positive")
+    if cfg.endpoint_type not in ENDPOINT_PATHS:
+        raise UserError(f"--endpoint-type must be one of {', '.join(ENDPOINT_PATHS)}")
+    if cfg.arrival not in ("poisson", "constant"):
+        raise UserError("--arrival must be poisson or constant")
+
+
+async def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float] | None:
+    """Cache counters from ``/metrics`` (simulator, vLLM, Dynamo); None when unavailable."""
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+            async with s.get(url.rstrip("/") + "/metrics") as resp:
+                if resp.status != 200:
+                    return None
+                text = await resp.text()
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+        return None
+    return parse_cache_counters(text)
+
+
+def parse_cache_counters(text: str) -> dict[str, float]:
+    """Sum the known cache counters across label sets, per family."""
+    out: dict[str, float] = {}
+    names = {
+        "mmdatagen_sim_embedding_cache_hits_total": "sim_hits",
+        "mmdatagen_sim_embedding_cache_misses_total": "sim_misses",
+        "vllm:mm_cache_queries_total": "vllm_queries", "vllm:mm_cache_queries": "vllm_queries",
+        "vllm:mm_cache_hits_total": "vllm_hits", "vllm:mm_cache_hits": "vllm_hits",
+        "dynamo_component_embedding_cache_hits_total": "dynamo_hits",
+        "dynamo_component_embedding_cache_misses_total": "dynamo_misses",
+    }
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        key = names.get(name)
+        if key is None:
+            continue
+        try:
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[-1])
+        except ValueError:
+            continue
+    return out
+
+
+def counter_delta(before: dict | None, after: dict | None) -> dict | None:
+    """Hits/queries over the run from two scrapes, from the first counter family present."""
+    if not before or not after:
+        return None
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    for src, hk, mk, qk in (("simulator /metrics", "sim_hits", "sim_misses", None),
+                            ("vllm:mm_cache_*", "vllm_hits", None, "vllm_queries"),
+                            ("dynamo_component_embedding_cache_*", "dynamo_hits",
+                             "dynamo_misses", None)):
+        if hk in d:
+            hits = d[hk]
+            queries = d.get(qk, 0.0) if qk else hits + d.get(mk, 0.0)
+            return {"source": src, "hits": int(hits), "queries": int(queries),
+                    "hit_rate": hits / queries if queries else None,
+                    "note": "includes warmup requests and any other traffic"}
+    return None
+
+
+class Progress:
+    """tqdm on stderr: requests done, errors, live throughput; off when quiet or not a TTY."""
+
+    def __init__(self, ctx: Context, total: int | None, enabled: bool) -> None:
+        self.ctx = ctx
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="req", file=sys.stderr, dynamic_ncols=True,
+                            desc="bench")
+
+    async def run(self) -> None:
+        if self.bar is None:
+            return
+        shown = 0
+        t0, n0 = time.monotonic(), 0
+        while True:
+            await asyncio.sleep(0.25)
+            self.update(shown)
+            shown = self.ctx.done
+            now = time.monotonic()
+            if now - t0 >= 1.0:
+                self.bar.set_postfix(errors=self.ctx.errors, rps=f"{(shown - n0) / (now - t0):.0f}",
+                                     refresh=False)
+                t0, n0 = now, shown
+
+    def update(self, shown: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.ctx.done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.update(0)
+            self.bar.close()
+
+
+def _model_for_prediction(name: str):
+    from ..vlm import get_model
+
+    try:
+        return get_model(name), None
+    except UserError:
+        return None, f"model {name!r} not in the registry: no prediction"
+
+
+async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
+    fmt = cfg.dataset_type
+    if fmt == "auto":
+        fmt = detect_format(Path(cfg.input_file))
+    dataset_dir = Path(cfg.input_file).resolve().parent
+    encoder = ImageEncoder(dataset_dir, max_bytes=cfg.image_cache_bytes)
+    wrap = cfg.request_count is not None or cfg.benchmark_duration is not None
+
+    def open_turns():
+        return iter_turns(Path(cfg.input_file), fmt)
+
+    from .sessions import SessionSource
+
+    source = SessionSource(open_turns, fmt, wrap=wrap, seed=cfg.seed)
+    count = cfg.request_count
+    if fmt == "random_pool" and count is None and cfg.benchmark_duration is None:
+        count = len(source._pool)  # one draw per pool entry by default
+    sched = Scheduler(warmup=cfg.warmup_request_count, count=count, rate=cfg.request_rate,
+                      arrival=cfg.arrival, duration_s=cfg.benchmark_duration, seed=cfg.seed)
+    headers = dict(cfg.headers)
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    client, target = make_client(cfg.http_client, url, timeout_s=cfg.request_timeout,
+                                 headers=headers)
+    body_cfg = BodyConfig(model=cfg.model, endpoint_type=cfg.endpoint_type,
+                          streaming=cfg.streaming, extra_inputs=cfg.extra_inputs)
+    ctx = Context(client=client, path=target.path_for(ENDPOINT_PATHS[cfg.endpoint_type]),
+                  body_cfg=body_cfg, encoder=encoder, source=source, sched=sched,
+                  multi_turn=fmt == "multi_turn")
+    tracker, note = None, None
+    if cfg.predict:
+        vm, note = _model_for_prediction(cfg.model)
+        if vm is not None:
+            from .predict import ImageTracker
+
+            tracker = ImageTracker(vm, encoder)
+            ctx.on_start = tracker.on_start
+
+    n_workers = cfg.concurrency or (RATE_DEFAULT_CAP if cfg.request_rate else 1)
+    before = await scrape_metrics(url)
+    wall_offset = time.time_ns() - time.perf_counter_ns()
+    total = None if count is None else count + cfg.warmup_request_count
+    progress = Progress(ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
+    loop = asyncio.get_running_loop()
+    tasks = [asyncio.ensure_future(worker(ctx)) for _ in range(n_workers)]
+    cancelled = {"flag": False, "presses": 0}
+
+    def cancel_all() -> None:
+        for t in tasks:
+            t.cancel()
+
+    def on_sigint() -> None:
+        cancelled["presses"] += 1
+        cancelled["flag"] = True
+        sched.stop()
+        if cancelled["presses"] == 1:
+            print(f"\ninterrupted: no new requests; waiting up to {cfg.grace_period:g} s for "
+                  f"{ctx.in_flight} in flight (Ctrl-C again to stop now)", file=sys.stderr)
+            loop.call_later(cfg.grace_period, cancel_all)
+        else:
+            cancel_all()
+
+    installed = False
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        installed = True
+    prog_task = asyncio.ensure_future(progress.run())
+    try:
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        prog_task.cancel()
+        progress.close()
+        if installed:
+            loop.remove_signal_handler(signal.SIGINT)
+        await client.close()
+    crashes = [r for r in results if isinstance(r, BaseException)
+               and not isinstance(r, asyncio.CancelledError)]
+    after = await scrape_metrics(url)
+    records = ctx.records
+    predicted = None
+    if tracker is not None:
+        mask = np.zeros(ctx.started, bool)
+        for r in records:
+            if r.dispatch_index is not None and r.phase == "profiling":
+                mask[r.dispatch_index] = True
+        try:
+            pred = tracker.predict(cfg.cache_gb * (1 << 30), mask)
+        except UserError as exc:
+            pred = {"note": f"prediction failed: {exc}"}
+        per_req = pred.pop("per_request_hits", None)
+        if per_req is not None:
+            for r in records:
+                if r.dispatch_index is not None and r.dispatch_index < per_req.size:
+                    r.predicted_hits = int(per_req[r.dispatch_index])
+        pred.update(model=tracker.model.name, cache_gb=cfg.cache_gb, keying="bytes (uuid when given)",
+                    order="actual dispatch order")
+        if tracker.undecodable:
+            pred["note"] = f"{tracker.undecodable} images undecodable; sized as 640x480"
+        predicted = pred
+    elif note:
+        predicted = {"note": note}
+    run_info = {
+        "url": url, "endpoint": ctx.path, "dataset_format": fmt, "workers": n_workers,
+        "http_client": type(client).__name__, "requests_started": ctx.started,
+        "files_encoded": encoder.encoded, "dataset_passes": source.passes,
+        "output_tokens_source": "server usage when present, else content chunks "
+                                "(streaming) / words (non-streaming)",
+        "input_tokens_source": "server usage.prompt_tokens (includes image tokens) when present",
+    }
+    if crashes:
+        run_info["worker_crashes"] = [repr(c)[:300] for c in crashes]
+    export = build_export(records, input_config=cfg.public(), run_info=run_info,
+                          was_cancelled=cancelled["flag"], wall_offset_ns=wall_offset,
+                          predicted=predicted, scraped=counter_delta(before, after))
+    paths = write_exports(Path(cfg.output_dir), records, export)
+    return BenchResult(export, records, paths, console_table(export))
+
+
+def _run_loop(coro):
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def run_bench(cfg: BenchConfig) -> BenchResult:
+    """Run one benchmark (starting the embedded simulator when ``cfg.url`` is None)."""
+    _validate(cfg)
+    if cfg.url:
+        return _run_loop(_run_async(cfg, cfg.url))
+    from ..sim.embedded import EmbeddedServer
+
+    with EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb, extra_args=cfg.sim_args,
+                        time_scale=cfg.time_scale) as srv:
+        return _run_loop(_run_async(cfg, srv.url))
