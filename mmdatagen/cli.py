@@ -18,6 +18,9 @@ COMMANDS: dict[str, str] = {
     "sliding-window": "mmdatagen.commands.generate:sliding_window",
     "serve": "mmdatagen.commands.serve:serve",
     "simulate": "mmdatagen.commands.serve:simulate",
+    "bench": "mmdatagen.commands.bench:bench",
+    "ab": "mmdatagen.commands.bench:ab",
+    "compare": "mmdatagen.commands.bench:compare",
 }
 
 
