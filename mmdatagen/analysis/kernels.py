@@ -11,8 +11,10 @@ friendly) whatever the trace length.
 """
 from __future__ import annotations
 
+import numpy as np
 
-def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):  # pragma: no cover - numba twin
+
+def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):
     """Fill ``req`` (required capacity per reference, -1 for a first reference).
 
     ``ids``: dense object ids per reference; ``sizes``: size per reference (an object's size is
@@ -72,10 +74,82 @@ def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):  # pragma: no co
     return req
 
 
+def decider_kernel(req, ref_row, out):
+    """Mark, per request, the reference whose required capacity decides "all images hit".
+
+    Rows are runs of equal ``ref_row``; a row with a first reference (-1) is never fully served.
+    """
+    n = len(req)
+    i = 0
+    while i < n:
+        j = i
+        best = i
+        ok = True
+        while j < n and ref_row[j] == ref_row[i]:
+            if req[j] < 0:
+                ok = False
+            elif req[j] > req[best]:
+                best = j
+            out[j] = 0
+            j += 1
+        if ok:
+            out[best] = 1
+        i = j
+    return out
+
+
+def pack_kernel(req, ids, dec, hi, bits):
+    """``(req << bits + 1) | (id << 1) | decider`` for references with 0 <= req < hi."""
+    count = 0
+    for i in range(len(req)):
+        if 0 <= req[i] < hi:
+            count += 1
+    out = np.empty(count, np.int64)
+    k = 0
+    for i in range(len(req)):
+        if 0 <= req[i] < hi:
+            out[k] = (req[i] << (bits + 1)) | (ids[i] << 1) | dec[i]
+            k += 1
+    return out
+
+
+def group_kernel(packed, bits, obj_sizes, obj_tokens, lo):
+    """Cumulative (hits, bytes, tokens, full requests) at ``lo`` and at every distinct req > lo."""
+    n = len(packed)
+    caps = np.empty(n + 1, np.int64)
+    cols = np.zeros((4, n + 1), np.int64)
+    mask = (1 << bits) - 1
+    caps[0] = lo
+    k = 0
+    h = 0
+    b = 0
+    t = 0
+    f = 0
+    for i in range(n):
+        v = packed[i]
+        r = v >> (bits + 1)
+        o = (v >> 1) & mask
+        h += 1
+        b += obj_sizes[o]
+        t += obj_tokens[o]
+        f += v & 1
+        if i + 1 < n and (packed[i + 1] >> (bits + 1)) == r:
+            continue
+        if r > lo:
+            k += 1
+            caps[k] = r
+        cols[0, k] = h
+        cols[1, k] = b
+        cols[2, k] = t
+        cols[3, k] = f
+    return caps[: k + 1], cols[:, : k + 1]
+
+
 def _compiled():
     """The numba-compiled kernel (cached on disk), or None when numba is unavailable."""
     try:
         import numba
     except ImportError:  # pragma: no cover - numba is a dependency; keep working without it
         return None
-    return numba.njit(cache=True, nogil=True)(stack_kernel)
+    jit = numba.njit(cache=True, nogil=True)
+    return {f.__name__: jit(f) for f in (stack_kernel, decider_kernel, pack_kernel, group_kernel)}

@@ -14,20 +14,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from .kernels import stack_kernel
+from . import kernels as K
 
 OVERSIZE = ("bypass", "flush")
+_INF = 1 << 62
 # Below this many references the plain-Python kernel beats importing numba and loading its cache.
 PYTHON_MAX_REFS = 30_000
-_COMPILED = None
+_COMPILED: dict | None = None
 
 
-def _kernel():
+def kernels(compiled: bool) -> dict:
+    """The kernels by name: numba-compiled (falls back to Python without numba) or plain Python."""
     global _COMPILED
+    if not compiled:
+        return {f.__name__: f for f in (K.stack_kernel, K.decider_kernel, K.pack_kernel,
+                                       K.group_kernel)}
     if _COMPILED is None:
-        from .kernels import _compiled
-
-        _COMPILED = _compiled() or stack_kernel
+        _COMPILED = K._compiled() or kernels(False)
     return _COMPILED
 
 
@@ -69,11 +72,11 @@ def required_capacity(ids: np.ndarray, sizes: np.ndarray, num_objects: int | Non
         compiled = n > PYTHON_MAX_REFS
     if not compiled:
         req = [0] * n
-        stack_kernel(ids.tolist(), sizes.tolist(), req, [-1] * m, [0] * m, [0] * (slots + 1),
+        K.stack_kernel(ids.tolist(), sizes.tolist(), req, [-1] * m, [0] * m, [0] * (slots + 1),
                      [-1] * (slots + 1))
         return np.array(req, np.int64)
     req = np.empty(n, np.int64)
-    _kernel()(ids, sizes, req, np.full(m, -1, np.int64), np.zeros(m, np.int64),
+    kernels(True)["stack_kernel"](ids, sizes, req, np.full(m, -1, np.int64), np.zeros(m, np.int64),
               np.zeros(slots + 1, np.int64), np.full(slots + 1, -1, np.int64))
     return req
 
@@ -108,70 +111,74 @@ class Curve:
         return int(self.capacity[idx[0]]) if idx.size else None
 
 
-def _step_curve(req: np.ndarray, sizes: np.ndarray, tokens: np.ndarray, req_of_row: np.ndarray,
-                lo: int = 0, hi: float = np.inf) -> tuple[np.ndarray, ...]:
-    """Breakpoints of a stack curve (hit iff req <= C), restricted to capacities in [lo, hi)."""
-    hit = req >= 0
-    order = np.argsort(req[hit], kind="stable")
-    r = req[hit][order]
-    cum = [np.cumsum(v[hit][order]) for v in (np.ones_like(sizes), sizes, tokens)]
-    rows = np.sort(req_of_row[req_of_row >= 0])
-    caps = np.unique(np.concatenate([r, rows, [lo]]))
-    caps = caps[(caps >= lo) & (caps < hi)]
-    k = np.searchsorted(r, caps, side="right")
-    cols = [np.where(k > 0, c[np.maximum(k - 1, 0)], 0) if c.size else np.zeros(caps.size, np.int64)
-            for c in cum]
-    full = np.searchsorted(rows, caps, side="right").astype(np.int64)
-    return (caps, *cols, full)
+def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray,
+                ref_row: np.ndarray | None, lo: int = 0, hi: int = _INF) -> list[np.ndarray]:
+    """Breakpoints of a stack curve (hit iff 0 <= req <= C) for capacities in [lo, hi).
+
+    Per request, the reference with the largest required capacity decides when all its images
+    hit. (required capacity, object, decider) are packed into one int64 and sorted by value.
+    """
+    kern = kernels(req.size > PYTHON_MAX_REFS)
+    if ref_row is None:
+        dec = (req >= 0).astype(np.int64)
+    else:
+        dec = kern["decider_kernel"](req, ref_row, np.empty(req.size, np.int64))
+    bits = max(1, int(obj_sizes.size - 1).bit_length())
+    top = int(req.max()) if req.size else 0
+    if top >= (1 << (62 - bits)):
+        raise UserError("cache sizes too large to analyse (required capacity overflows 64 bits)")
+    packed = kern["pack_kernel"](req, ids, dec, min(hi, _INF), bits)
+    packed.sort()
+    caps, cols = kern["group_kernel"](packed, bits, obj_sizes, obj_tokens, lo)
+    return [caps, *cols]
 
 
-def _row_max(req: np.ndarray, ref_row: np.ndarray, num_rows: int) -> np.ndarray:
-    """Per row: the capacity at which all its references hit (-1: some never hit or no images)."""
-    inf = np.iinfo(np.int64).max
-    r = np.where(req < 0, inf, req)
-    out = np.full(num_rows, -1, np.int64)
-    if r.size:
-        np.maximum.at(out, ref_row, r)
-    out[out == inf] = -1
-    return out
+def _squeeze(cols: list[np.ndarray]) -> list[np.ndarray]:
+    """Drop breakpoints where nothing changes (and leading all-zero ones)."""
+    vals = np.stack(cols[1:])
+    prev = np.concatenate([np.zeros((vals.shape[0], 1), np.int64), vals[:, :-1]], axis=1)
+    keep = (vals != prev).any(axis=0)
+    return [c[keep] for c in cols]
 
 
-def lru_curve(ids: np.ndarray, sizes: np.ndarray, tokens: np.ndarray | None = None,
-              ref_row: np.ndarray | None = None, num_rows: int | None = None,
-              oversize: str = "bypass", num_objects: int | None = None) -> Curve:
+def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | None = None,
+              ref_row: np.ndarray | None = None, oversize: str = "bypass") -> Curve:
     """The exact hit curve of a byte LRU over a trace, for every capacity.
 
-    ``ids``/``sizes``/``tokens`` are per reference; ``ref_row`` maps references to requests
-    (default: one request per reference) for the "all images hit" count.
+    ``ids``: dense object id per reference; ``obj_sizes``/``obj_tokens``: bytes and encoder
+    tokens per object; ``ref_row``: non-decreasing request index per reference (default: one
+    request per reference), for the "all images of the request hit" count.
     """
     if oversize not in OVERSIZE:
         raise UserError(f"unknown oversize policy {oversize!r}; choose from {', '.join(OVERSIZE)}")
-    ids = np.asarray(ids, np.int64)
-    sizes = np.asarray(sizes, np.int64)
-    tokens = np.zeros_like(sizes) if tokens is None else np.asarray(tokens, np.int64)
-    if ref_row is None:
-        ref_row, num_rows = np.arange(ids.size), ids.size
-    num_rows = int(ref_row.max()) + 1 if num_rows is None and ref_row.size else (num_rows or 0)
+    ids = np.ascontiguousarray(ids, np.int64)
+    obj_sizes = np.asarray(obj_sizes, np.int64)
+    obj_tokens = np.zeros_like(obj_sizes) if obj_tokens is None else np.asarray(obj_tokens, np.int64)
+    if ref_row is not None:
+        ref_row = np.asarray(ref_row, np.int64)
+        if ref_row.size != ids.size or (ref_row.size > 1 and (np.diff(ref_row) < 0).any()):
+            raise UserError("ref_row must give a non-decreasing request index per reference")
+    if ids.size and (ids.min() < 0 or ids.max() >= obj_sizes.size):
+        raise UserError("object ids must index obj_sizes")
+    sizes = obj_sizes[ids]
     if ids.size and sizes.min() <= 0:
         raise UserError("cache entry sizes must be positive")
-    if oversize == "bypass" and ids.size:
-        sizes = object_sizes(ids, sizes)
-    req = required_capacity(ids, sizes, num_objects)
+    m = obj_sizes.size
     parts = []
+    lo = 0
     if oversize == "bypass" and ids.size:
         tiers = np.unique(sizes)
-        for lo, hi in zip(tiers[:-1], tiers[1:]):
-            keep = sizes <= lo  # objects of larger size are bypassed at capacities in [lo, hi)
+        for t_lo, t_hi in zip(tiers[:-1], tiers[1:]):
+            keep = sizes <= t_lo  # larger objects are bypassed at capacities in [t_lo, t_hi)
             sub = np.full(ids.size, -1, np.int64)
-            sub[keep] = required_capacity(ids[keep], sizes[keep], num_objects)
-            parts.append(_step_curve(sub, sizes, tokens, _row_max(sub, ref_row, num_rows),
-                                     int(lo), int(hi)))
+            sub[keep] = required_capacity(ids[keep], sizes[keep], m)
+            parts.append(_step_curve(sub, ids, obj_sizes, obj_tokens, ref_row, int(t_lo),
+                                     int(t_hi)))
         lo = int(tiers[-1])
-    else:
-        lo = 0
-    parts.append(_step_curve(req, sizes, tokens, _row_max(req, ref_row, num_rows), lo))
+    req = required_capacity(ids, sizes, m)
+    parts.append(_step_curve(req, ids, obj_sizes, obj_tokens, ref_row, lo))
     cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(5)]
-    return Curve(*cols)
+    return Curve(*_squeeze(cols))
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,

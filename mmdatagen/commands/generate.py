@@ -106,8 +106,9 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
                      shard_index=opts["shard_index"], num_shards=opts["num_shards"],
                      force=opts["force"], quiet=opts["quiet"], workers=opts["workers"],
                      output_length=opts["output_length"])
-    params = {**plan_args, **{k: v for k, v in opts.items() if k not in ("quiet", "force", "workers")},
-              "format": fmt}
+    # Everything that fixes the bytes, nothing about where this copy lives or how it was run.
+    skip = ("quiet", "force", "workers", "output", "shard_index", "num_shards")
+    params = {**plan_args, **{k: v for k, v in opts.items() if k not in skip}, "format": fmt}
     result = generate(plan, factory, texts, delivery, out, params)
     if not opts["quiet"]:
         where = f", images in {result.image_dir}" if result.image_dir else ""

@@ -11,6 +11,15 @@ from typing import IO
 from ..errors import UserError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def check_target(path: Path, force: bool) -> None:
     """Refuse to overwrite without ``force``; fail early when the folder cannot be written."""
     if path.exists() and not force:
@@ -35,6 +44,7 @@ def atomic_open(path: Path, mode: str = "wb") -> Iterator[IO]:
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror}") from None
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600; finished files get the usual mode
         with os.fdopen(fd, mode) as fh:
             yield fh
         os.replace(tmp, path)

@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   install, generate the seed A dataset, analyse it, benchmark it on the embedded simulator
+#   make test   install test needs and run the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+DEMO = demo-out
+
+.PHONY: demo test install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[plot,fast]'
+
+install-test: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+
+demo: install
+	$(BIN)/mmdatagen pool --output $(DEMO)/seed_a.jsonl --force
+	$(BIN)/mmdatagen analyze $(DEMO)/seed_a.jsonl --model qwen3-vl-30b-a3b --cache-gb 1 --cache-gb 10
+	$(BIN)/mmdatagen ab --input-file $(DEMO)/seed_a.jsonl --output-dir $(DEMO)/ab --time-scale 0.25
+
+test: install-test
+	$(BIN)/python -m pytest -n 2
+
+clean:
+	rm -rf $(DEMO) build *.egg-info

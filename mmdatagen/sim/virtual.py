@@ -1,0 +1,194 @@
+"""``mmdatagen simulate``: a whole benchmark in virtual time (no HTTP, no sleeping).
+
+The dispatch follows AIPerf's rules (aiperf-compat.md): ``concurrency`` slots; rows sharing a
+``session_id`` form one session replayed causally (next row after the previous completes, plus
+its ``delay``); concurrency counts sessions, ``request_count`` counts requests; warmup requests
+come first from the same sequence and are drained before profiling starts (profiling continues
+where warmup stopped). ``timestamp`` schedules are not modelled. The client and network are
+instantaneous, so TTFT = server time from arrival to the first token.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+from ..io.imageref import bytes_key, image_dims, load_bytes, parse_ref, reference_key
+from ..io.readers import Turn, iter_turns
+from ..vlm import get_model
+from .engine import Engine, SimImage, SimRequest
+from .profile import Profile
+from .protocol import ImageResolver, RequestError
+
+
+@dataclass
+class SimTurn:
+    """A dataset row reduced to what the engine needs."""
+
+    session: str
+    turn_index: int
+    text_tokens: int
+    images: list[SimImage]
+    output_length: int | None = None
+    delay_ms: float = 0.0
+
+
+@dataclass
+class OutputPolicy:
+    """max_tokens / min_tokens / ignore_eos as sent with every request (``--extra-inputs``)."""
+
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+
+    def target(self, natural: int, row_max: int | None) -> int:
+        mx = row_max if row_max is not None else self.max_tokens
+        t = (mx if mx is not None else natural) if self.ignore_eos else (
+            natural if mx is None else min(mx, natural))
+        return max(t, self.min_tokens, 1)
+
+
+def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
+    """Read a dataset once into compact turns (images resolved to keys, tokens, bytes)."""
+    model = get_model(profile.model)
+    resolver = ImageResolver(model, profile)
+    bpt = profile.text_bytes_per_token
+    out: list[SimTurn] = []
+    counter = 0
+    for t in iter_turns(Path(path)):
+        images = [_image(resolver, ref, (t.image_uuids or [None] * len(t.images))[i], path)
+                  for i, ref in enumerate(t.images)]
+        if not t.images and t.image_uuids:
+            images = [resolver.resolve("", u) for u in t.image_uuids]
+        text = sum(math.ceil(len(s.encode()) / bpt) for s in t.texts)
+        sid = t.session_id
+        if sid is None:
+            sid = f"\x00row{counter}"
+        counter += 1
+        out.append(SimTurn(sid, t.turn_index, text, images, t.output_length,
+                           float(t.delay_ms or 0.0)))
+    if not out:
+        raise UserError(f"{path}: no rows")
+    return out
+
+
+def _image(resolver: ImageResolver, ref: str, uuid: str | None, path: Path) -> SimImage:
+    try:
+        if parse_ref(ref).kind == "path":
+            data = load_bytes(ref, Path(path).parent)
+            w, h = image_dims(data)
+            mode = resolver.mode
+            key = ("uuid:" + uuid if mode == "uuid" and uuid else
+                   reference_key(ref) if mode == "reference" else bytes_key(data))
+            return resolver._sized(key, w, h, False)
+        return resolver.resolve(ref, uuid)
+    except RequestError as exc:
+        raise UserError(f"{path}: {exc.message}") from None
+
+
+@dataclass
+class SimResult:
+    records: list = field(default_factory=list)
+    engine: Engine | None = None
+    duration_ms: float = 0.0
+
+
+class _Sessions:
+    """Sessions in order of first appearance, cycled when the request count exceeds the rows."""
+
+    def __init__(self, turns: list[SimTurn]) -> None:
+        order: dict[str, list[SimTurn]] = {}
+        for t in turns:
+            order.setdefault(t.session, []).append(t)
+        self.sessions = list(order.items())
+        self.next = 0
+        self.epoch = 0
+
+    def take(self) -> tuple[str, list[SimTurn]]:
+        sid, rows = self.sessions[self.next]
+        label = sid if self.epoch == 0 else f"{sid}#{self.epoch}"
+        self.next += 1
+        if self.next == len(self.sessions):
+            self.next, self.epoch = 0, self.epoch + 1
+        return label, rows
+
+
+def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
+             request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
+             streaming: bool = True) -> SimResult:
+    """Run warmup then profiling in virtual time; returns metrics RequestRecords."""
+    from ..metrics import RequestRecord
+
+    if concurrency < 1 or request_count < 1 or warmup_count < 0:
+        raise UserError("--concurrency and --request-count must be >= 1, warmup >= 0")
+    policy = policy or OutputPolicy()
+    eng = Engine(profile, cache_gb)
+    sessions = _Sessions(turns)
+    # per slot: [label, rows, next index]
+    slots: list[list] = [[None, None, 0] for _ in range(concurrency)]
+    records: list = []
+    t = 0.0
+    rid = 0
+    for phase, cap in (("warmup", warmup_count), ("profiling", request_count)):
+        issued = 0
+        issue_heap: list[tuple[float, int, int]] = [(t, i, i) for i in range(concurrency)]
+        heapq.heapify(issue_heap)
+        arrivals: list[tuple[float, int, SimRequest]] = []
+        in_flight = 0
+        while True:
+            # issue every request whose slot is free by now
+            while issue_heap and issue_heap[0][0] <= t and issued < cap:
+                _, _, s = heapq.heappop(issue_heap)
+                slot = slots[s]
+                if slot[1] is None or slot[2] >= len(slot[1]):
+                    slot[0], slot[1] = sessions.take()
+                    slot[2] = 0
+                row = slot[1][slot[2]]
+                slot[2] += 1
+                sreq = SimRequest(rid, row.text_tokens, row.images,
+                                  policy.target(profile.natural_output_tokens, row.output_length),
+                                  arrival=t, tag=(s, slot[0], row, phase))
+                rid += 1
+                issued += 1
+                in_flight += 1
+                ready = eng.frontend_ready_at(sreq, t)
+                heapq.heappush(arrivals, (ready, sreq.rid, sreq))
+            while arrivals and arrivals[0][0] <= t:
+                eng.add(heapq.heappop(arrivals)[2])
+            if in_flight == 0 and (issued >= cap or not issue_heap):
+                break
+            if eng.idle:
+                nxt = [arrivals[0][0]] if arrivals else []
+                if issue_heap and issued < cap:
+                    nxt.append(issue_heap[0][0])
+                t = max(t, min(nxt))
+                continue
+            dur = eng.begin_step()
+            t += dur
+            for r in eng.end_step(t):
+                in_flight -= 1
+                s, label, row, ph = r.tag
+                records.append(RequestRecord(
+                    conversation_id=label, turn_index=row.turn_index, phase=ph,
+                    start_ns=round(r.arrival * 1e6), first_token_ns=round(r.first_token_t * 1e6),
+                    end_ns=round(r.end_t * 1e6), output_tokens=r.emitted,
+                    input_tokens=row.text_tokens, num_images=len(row.images), error=None,
+                    image_hits=r.hits, image_misses=r.misses,
+                    server_ttft_ns=round((r.first_token_t - r.arrival) * 1e6),
+                    x_request_id=f"sim-{r.rid}", streaming=streaming,
+                    response_end_ns=round(r.end_t * 1e6)))
+                slot = slots[s]
+                delay = slot[1][slot[2]].delay_ms if slot[2] < len(slot[1]) else 0.0
+                heapq.heappush(issue_heap, (t + delay, r.rid, s))
+    return SimResult(records, eng, t)
+
+
+def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency: int,
+                   request_count: int | None, warmup_count: int, policy: OutputPolicy,
+                   streaming: bool = True) -> SimResult:
+    turns = load_turns(dataset, profile)
+    return simulate(turns, profile, cache_gb, concurrency,
+                    request_count if request_count else len(turns), warmup_count, policy,
+                    streaming)

@@ -1,0 +1,33 @@
+"""Shared helpers for the test suite."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from mmdatagen.cli import cli
+
+
+@pytest.fixture
+def run_cli():
+    """Invoke the CLI in-process; returns the click Result."""
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+def run_subprocess(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m mmdatagen`` as a user would."""
+    return subprocess.run([sys.executable, "-m", "mmdatagen", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
