@@ -9,6 +9,7 @@ import orjson
 from ..errors import UserError
 
 DEFAULT_PROFILE = "qwen3-vl-30b-gb200"
+SEED_A_EXTRA = ("max_tokens:150", "min_tokens:150", "ignore_eos:true")
 
 
 def _common_options(f):
@@ -21,13 +22,17 @@ def _common_options(f):
         click.option("-m", "--model", default=None,
                      help="Model name sent in the body (default with the simulator: its model)."),
         click.option("--concurrency", type=int, default=None,
-                     help="Sessions in flight (default 1; with --request-rate: a cap, default 1024)."),
+                     help="Sessions in flight (bench default 1, ab default 64; with "
+                          "--request-rate: a cap, default 1024)."),
         click.option("--request-count", type=int, default=None,
                      help="Profiling requests (default: one pass over the dataset)."),
-        click.option("--warmup-request-count", type=int, default=0, show_default=True),
+        click.option("--warmup-request-count", type=int, default=None,
+                     help="Warmup requests (bench default 0, ab default 3)."),
         click.option("--extra-inputs", multiple=True,
-                     help="KEY:VALUE merged into every body (values coerced); repeatable."),
-        click.option("--streaming/--no-streaming", default=False, show_default=True),
+                     help="KEY:VALUE merged into every body (values coerced); repeatable. "
+                          "ab default: seed A's max_tokens:150 min_tokens:150 ignore_eos:true."),
+        click.option("--streaming/--no-streaming", default=None,
+                     help="Stream (SSE). Default: off for bench, on for ab."),
         click.option("--request-rate", type=float, default=None, help="Requests per second."),
         click.option("--arrival", type=click.Choice(["poisson", "constant"]), default="poisson",
                      show_default=True, help="Arrival process with --request-rate."),
@@ -72,6 +77,10 @@ def _config(kw: dict, *, url: str | None, cache_gb: float, output_dir: Path):
         model = load_profile(kw["profile"]).served_model_name
     if cache_gb < 0:
         raise UserError("--cache-gb must not be negative")
+    if kw["streaming"] is None:
+        kw["streaming"] = False
+    if kw["warmup_request_count"] is None:
+        kw["warmup_request_count"] = 0
     return BenchConfig(
         input_file=kw["input_file"], model=model, url=url, dataset_type=kw["dataset_type"],
         concurrency=kw["concurrency"], request_count=kw["request_count"],
@@ -120,6 +129,15 @@ def ab(a_cache_gb, b_cache_gb, a_sim_arg, b_sim_arg, labels, output_dir, chart, 
     """Run the same benchmark twice on the embedded simulator (A vs B) and compare."""
     from ..loadgen.run import run_bench
 
+    # ab reproduces seed A's benchmark unless told otherwise
+    if kw["concurrency"] is None and kw["request_rate"] is None:
+        kw["concurrency"] = 64
+    if kw["warmup_request_count"] is None:
+        kw["warmup_request_count"] = 3
+    if kw["streaming"] is None:
+        kw["streaming"] = True
+    if not kw["extra_inputs"]:
+        kw["extra_inputs"] = SEED_A_EXTRA
     exports = []
     base_args = list(kw["sim_args"])
     for tag, gb, extra, label in (("a", a_cache_gb, a_sim_arg, labels[0]),

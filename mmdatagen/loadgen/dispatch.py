@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
 from .client import Result, error
@@ -127,6 +128,7 @@ class Context:
     started: int = 0
     errors: int = 0
     done: int = 0
+    fatal: UserError | None = None
 
 
 def output_tokens(res: Result, streaming: bool) -> int:
@@ -211,7 +213,16 @@ def _record(ctx: Context, sess: Session, turn: Turn, phase: str, xid: str, res: 
 
 
 async def worker(ctx: Context) -> None:
-    """Run sessions one after another until no ticket or no data is left."""
+    """Run sessions until no ticket or no data is left; a bad dataset row stops the whole run."""
+    try:
+        await _worker(ctx)
+    except UserError as exc:
+        if ctx.fatal is None:
+            ctx.fatal = exc
+        ctx.sched.stop()
+
+
+async def _worker(ctx: Context) -> None:
     sched, source = ctx.sched, ctx.source
     while True:
         phase = await sched.ticket()

@@ -313,9 +313,11 @@ async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
     if crashes:
         run_info["worker_crashes"] = [repr(c)[:300] for c in crashes]
     export = build_export(records, input_config=cfg.public(), run_info=run_info,
-                          was_cancelled=cancelled["flag"], wall_offset_ns=wall_offset,
+                          was_cancelled=cancelled["flag"] or ctx.fatal is not None, wall_offset_ns=wall_offset,
                           predicted=predicted, scraped=counter_delta(before, after))
     paths = write_exports(Path(cfg.output_dir), records, export)
+    if ctx.fatal is not None:
+        raise UserError(f"{ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")
     return BenchResult(export, records, paths, console_table(export))
 
 
