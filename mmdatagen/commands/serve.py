@@ -83,6 +83,63 @@ def serve(host, port, profile, embedding_cache_gb, key_mode, register, max_runni
 
 @click.command()
 @click.argument("dataset", type=click.Path(path_type=Path))
-def simulate(dataset):
-    """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping)."""
-    raise UserError("simulate is not implemented yet")
+@_profile_options
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help="Sessions in flight (closed loop), as AIPerf's --concurrency.")
+@click.option("--request-count", type=int, default=None, help="Profiling requests (default: rows).")
+@click.option("--warmup-request-count", type=int, default=0, show_default=True)
+@click.option("--extra-inputs", multiple=True,
+              help="KEY:VALUE sent with every request (max_tokens, min_tokens, ignore_eos).")
+@click.option("--streaming/--no-streaming", default=True, show_default=True)
+@click.option("--output-dir", type=click.Path(path_type=Path), default=None,
+              help="Write profile_export_mmdatagen.json and records.jsonl here.")
+@click.option("-q", "--quiet", is_flag=True, help="No table.")
+def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_running, token_budget,
+             concurrency, request_count, warmup_request_count, extra_inputs, streaming, output_dir,
+             quiet):
+    """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
+    export shape as ``mmdatagen bench``, from the simulator's performance model."""
+    from ..loadgen.payload import parse_extra_inputs
+    from ..metrics import build_export, console_table, write_exports
+    from ..sim.virtual import OutputPolicy, run_simulation
+
+    prof = _load(profile, embedding_cache_gb, key_mode, register, max_running, token_budget)
+    if concurrency < 1:
+        raise UserError("--concurrency must be >= 1")
+    if request_count is not None and request_count < 1:
+        raise UserError("--request-count must be >= 1")
+    if warmup_request_count < 0:
+        raise UserError("--warmup-request-count must not be negative")
+    if not Path(dataset).is_file():
+        raise UserError(f"dataset {dataset} does not exist")
+    extra = parse_extra_inputs(extra_inputs)
+    policy = OutputPolicy(_opt_int(extra, "max_completion_tokens") or _opt_int(extra, "max_tokens"),
+                          _opt_int(extra, "min_tokens") or 0, bool(extra.get("ignore_eos", False)))
+    res = run_simulation(Path(dataset), prof, embedding_cache_gb, concurrency, request_count,
+                         warmup_request_count, policy, streaming)
+    cache = res.engine.cache.counters()
+    config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
+              "embedding_cache_gb": embedding_cache_gb, "key_mode": prof.key_mode,
+              "register": prof.register, "concurrency": concurrency,
+              "request_count": request_count, "warmup_request_count": warmup_request_count,
+              "extra_inputs": extra, "streaming": streaming}
+    export = build_export(res.records, input_config=config,
+                          run_info={"simulated": True, "clock": "virtual",
+                                    "note": "mmdatagen simulator: a performance model",
+                                    "embedding_cache": cache, "engine_steps": res.engine.steps})
+    if output_dir is not None:
+        write_exports(Path(output_dir), res.records, export)
+    if not quiet:
+        click.echo(console_table(export))
+        q = max(1, cache["queries"])
+        click.echo(f"embedding cache: {cache['hits']}/{cache['queries']} hits ({cache['hits'] / q:.1%}), "
+                   f"{cache['evictions']} evictions, {cache['entries']} entries held (simulated)")
+
+
+def _opt_int(extra: dict, key: str) -> int | None:
+    v = extra.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "min_tokens" else 0):
+        raise UserError(f"--extra-inputs {key} must be a positive integer")
+    return v

@@ -228,8 +228,9 @@ def parse_body(raw: bytes, kind: str, profile: Profile, resolver: ImageResolver,
     target = max(target, min_tokens, 1)
     finish = "length" if max_tokens is not None and target >= max_tokens else "stop"
     parsed = ParsedRequest(kind, model, stream, include_usage, text_tokens, images, target, finish)
-    if parsed.prompt_tokens + target > profile.max_model_len:
-        raise RequestError(400, f"prompt ({parsed.prompt_tokens} tokens) plus output ({target}) "
+    asked = max(target, max_tokens or 0)
+    if parsed.prompt_tokens + asked > profile.max_model_len:
+        raise RequestError(400, f"prompt ({parsed.prompt_tokens} tokens) plus output ({asked}) "
                                 f"exceeds the maximum context length {profile.max_model_len}")
     return parsed
 

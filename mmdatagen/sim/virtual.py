@@ -65,7 +65,7 @@ def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
         text = sum(math.ceil(len(s.encode()) / bpt) for s in t.texts)
         sid = t.session_id
         if sid is None:
-            sid = f"\x00row{counter}"
+            sid = f"\x00row-{counter}"
         counter += 1
         out.append(SimTurn(sid, t.turn_index, text, images, t.output_length,
                            float(t.delay_ms or 0.0)))
@@ -108,7 +108,8 @@ class _Sessions:
 
     def take(self) -> tuple[str, list[SimTurn]]:
         sid, rows = self.sessions[self.next]
-        label = sid if self.epoch == 0 else f"{sid}#{self.epoch}"
+        label = sid.lstrip("\x00")
+        label = label if self.epoch == 0 else f"{label}#{self.epoch}"
         self.next += 1
         if self.next == len(self.sessions):
             self.next, self.epoch = 0, self.epoch + 1

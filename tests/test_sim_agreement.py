@@ -1,0 +1,67 @@
+"""Virtual time vs the real-time server on the same dataset, and the seed A calibration."""
+from __future__ import annotations
+
+import pytest
+
+from mmdatagen.metrics import build_export
+from mmdatagen.sim.probe import chat_bodies, drive
+from mmdatagen.sim.profile import load_profile
+from mmdatagen.sim.seedset import write_pool_dataset
+from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
+
+from sim_helpers import run, running
+
+PUBLISHED = {10.0: {"output_token_throughput": 3575.6, "time_to_first_token": 526.0,
+                    "ttft_p50": 356.8, "inter_token_latency": 14.1, "request_latency": 2630.0},
+             0.0: {"output_token_throughput": 3072.3, "time_to_first_token": 727.5,
+                   "ttft_p50": 510.8, "inter_token_latency": 15.5, "request_latency": 3035.7}}
+
+
+def _summary(export: dict) -> dict[str, float]:
+    out = {k: export[k]["avg"] for k in ("output_token_throughput", "time_to_first_token",
+                                         "inter_token_latency", "request_latency")}
+    out["ttft_p50"] = export["time_to_first_token"]["p50"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def seed_a(tmp_path_factory):
+    path = tmp_path_factory.mktemp("seed") / "seed_a.jsonl"
+    write_pool_dataset(path, 1000, 200, (640, 480), 400, seed=0)
+    return path
+
+
+@pytest.mark.parametrize("cache_gb", [10.0, 0.0])
+def test_seed_a_calibration_in_virtual_time(seed_a, cache_gb):
+    prof = load_profile("qwen3-vl-30b-gb200")
+    res = simulate(load_turns(seed_a, prof), prof, cache_gb, 64, 1000, 3,
+                   OutputPolicy(150, 150, True))
+    got = _summary(build_export(res.records, input_config={}))
+    for k, pub in PUBLISHED[cache_gb].items():
+        assert abs(got[k] / pub - 1) <= 0.15, (k, got[k], pub)
+    hits = res.engine.cache.hits
+    assert hits == (803 if cache_gb else 0)
+
+
+def test_real_time_server_agrees_with_virtual_time(tmp_path):
+    """Scaled down: 96 requests, concurrency 32, 30 output tokens, calibrated profile."""
+    path = tmp_path / "small.jsonl"
+    write_pool_dataset(path, 96, 24, (640, 480), 400, seed=1)
+    prof = load_profile("qwen3-vl-30b-gb200")
+    extra = {"max_tokens": 30, "min_tokens": 30, "ignore_eos": True}
+    virt = simulate(load_turns(path, prof), prof, 10.0, 32, 96, 0, OutputPolicy(30, 30, True))
+    want = _summary(build_export(virt.records, input_config={}))
+    bodies = chat_bodies(path, prof.served_model_name, 96, extra)
+
+    async def go():
+        async with running(prof, cache_gb=10.0) as (url, sim, sess):
+            return await drive(url, bodies, 32), sim.engine.cache.hits
+
+    recs, hits = run(go())
+    got = _summary(build_export(recs, input_config={}))
+    assert all(r.error is None and r.output_tokens == 30 for r in recs)
+    assert abs(hits - virt.engine.cache.hits) <= 2
+    # generous bounds: the real run shares 2 cores with the test runner and the client
+    for k in ("output_token_throughput", "time_to_first_token", "inter_token_latency",
+              "request_latency"):
+        assert abs(got[k] / want[k] - 1) <= 0.25, (k, got[k], want[k])

@@ -1,0 +1,88 @@
+"""CLI entry points: serve as a subprocess (EmbeddedServer), simulate, bad input -> exit 2."""
+from __future__ import annotations
+
+import json
+import signal
+import urllib.request
+
+import orjson
+import pytest
+
+from mmdatagen.errors import UserError
+from mmdatagen.sim.embedded import EmbeddedServer
+
+from sim_helpers import MODEL, png_url
+
+
+def test_embedded_server_serves_and_stops_cleanly():
+    srv = EmbeddedServer("zero-delay", cache_gb=1.0)
+    with srv:
+        assert srv.url.startswith("http://127.0.0.1:")
+        body = orjson.dumps({"model": MODEL, "max_tokens": 3, "ignore_eos": True,
+                             "messages": [{"role": "user", "content": [
+                                 {"type": "image_url", "image_url": {"url": png_url()}}]}]})
+        for expect in ("0", "1"):
+            req = urllib.request.Request(srv.url + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req) as resp:
+                assert resp.headers["x-mmdatagen-image-hits"] == expect
+                assert json.loads(resp.read())["usage"]["completion_tokens"] == 3
+        proc = srv.proc
+    assert proc.returncode == 0  # SIGTERM -> clean exit
+    assert srv.proc is None
+
+
+def test_embedded_server_reports_bad_profile():
+    with pytest.raises(UserError, match="failed to start"):
+        EmbeddedServer("no-such-profile").start()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["serve", "--profile", "nope"], "cannot find config"),
+    (["serve", "--time-scale", "0"], "--time-scale"),
+    (["serve", "--embedding-cache-gb", "-1"], "negative"),
+    (["serve", "--fault-error-rate", "2"], "fault-error-rate"),
+    (["serve", "--port", "70000"], "--port"),
+    (["simulate", "missing.jsonl"], "does not exist"),
+])
+def test_bad_cli_input_is_one_line_exit_2(run_cli, args, needle):
+    res = run_cli(*args)
+    assert res.exit_code == 2
+    assert needle in res.output and res.output.count("\n") <= 2
+
+
+def test_simulate_cli_writes_exports(run_cli, tmp_path):
+    data = tmp_path / "d.jsonl"
+    img = png_url()
+    data.write_bytes(b"".join(orjson.dumps({"text": "w " * 50, "image": img}) + b"\n"
+                              for _ in range(6)))
+    res = run_cli("simulate", data, "--concurrency", "2", "--warmup-request-count", "1",
+                  "--extra-inputs", "max_tokens:5", "--extra-inputs", "ignore_eos:true",
+                  "--output-dir", tmp_path / "out")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "out" / "profile_export_mmdatagen.json").read_text())
+    assert doc["request_count"]["avg"] == 6
+    assert doc["output_sequence_length"]["avg"] == 5
+    assert doc["input_config"]["mode"] == "simulate"
+    assert len((tmp_path / "out" / "records.jsonl").read_text().splitlines()) == 7
+    assert "6/7 hits" in res.output
+
+
+def test_serve_sigint_subprocess(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "mmdatagen", "serve", "--port", "0",
+                             "--profile", "zero-delay", "--ready-file", str(ready)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline().decode()
+        assert "listening on http://127.0.0.1:" in line and "not a language model" in line
+        assert json.loads(ready.read_text())["port"] > 0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

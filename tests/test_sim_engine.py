@@ -1,0 +1,196 @@
+"""Engine model, embedding cache, profiles and the virtual-time dispatch."""
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from pathlib import Path
+
+import orjson
+import pytest
+
+from mmdatagen.errors import UserError
+from mmdatagen.sim.cache import EmbeddingCache
+from mmdatagen.sim.engine import Engine, SimImage, SimRequest
+from mmdatagen.sim.profile import load_profile, profile_from_dict
+from mmdatagen.sim.virtual import OutputPolicy, SimTurn, load_turns, simulate
+
+from sim_helpers import fast_profile, png_url
+
+
+def test_cache_lru_matches_reference_and_skips_oversize():
+    rnd = random.Random(1)
+    cap = 1000
+    c = EmbeddingCache(cap)
+    ref: OrderedDict[str, int] = OrderedDict()
+    hits = 0
+    for _ in range(3000):
+        k = f"k{rnd.randrange(40)}"
+        size = 50 + int(k[1:]) * 5
+        if k in ref:
+            ref.move_to_end(k)
+            hits += 1
+        elif size <= cap:
+            while sum(ref.values()) + size > cap:
+                ref.popitem(last=False)
+            ref[k] = size
+        c.lookup(k)
+        c.insert(k, size)
+    assert c.keys() == list(ref)
+    assert c.hits == hits and c.queries == 3000 and c.bytes == sum(ref.values())
+    c.insert("huge", cap + 1)
+    assert "huge" not in c and c.keys() == list(ref)
+    off = EmbeddingCache(0)
+    off.insert("a", 1)
+    assert not off.lookup("a") and len(off) == 0
+
+
+def _img(key: str, tokens: int = 100) -> SimImage:
+    return SimImage(key, tokens, tokens + 2, tokens * 4096)
+
+
+def test_step_model_times_by_hand():
+    prof = fast_profile(step_base_ms=10.0, per_seq_ms=1.0, per_prefill_token_ms=0.01,
+                        per_encoder_token_ms=0.1, per_encoder_image_ms=2.0, token_budget=1000)
+    eng = Engine(prof, 1.0)
+    a = SimRequest(0, 98, [_img("x")], target_tokens=3)  # 200 prompt tokens
+    b = SimRequest(1, 1800, [], target_tokens=2)         # needs two chunks
+    eng.add(a)
+    eng.add(b)
+    # step 1: admit a (200 + encoder 100 tokens + 1 image) and 800 tokens of b
+    assert eng.begin_step() == pytest.approx(10 + 0.01 * 1000 + 0.1 * 100 + 2.0)
+    eng.end_step(32.0)
+    assert (a.emitted, a.first_token_t, b.emitted) == (1, 32.0, 0)
+    # step 2: decode a (1 seq), remaining 1000 tokens of b exceed 999 left: 999 prefilled
+    assert eng.begin_step() == pytest.approx(10 + 1 + 0.01 * 999)
+    eng.end_step(52.0)
+    assert (a.emitted, b.emitted) == (2, 0)
+    assert eng.begin_step() == pytest.approx(10 + 1 + 0.01 * 1)
+    fin = eng.end_step(70.0)
+    assert fin == [a] and a.end_t == 70.0 and b.first_token_t == 70.0
+    assert (eng.cache.hits, eng.cache.misses) == (0, 1)
+
+
+def test_max_running_queues_and_register_modes():
+    prof = fast_profile(max_running=1)
+    eng = Engine(prof, 1.0)
+    r1, r2 = SimRequest(0, 10, [_img("x")], 2), SimRequest(1, 10, [_img("x")], 2)
+    eng.add(r1)
+    eng.add(r2)
+    t = 0.0
+    while not eng.idle:
+        t += eng.begin_step()
+        eng.end_step(t)
+    assert r2.first_token_t > r1.end_t - 1e-9  # r2 waited for the only slot
+    assert (r1.misses, r2.hits) == (1, 1)
+    for register, expect_hits in (("schedule", 1), ("encode", 0), ("completion", 0)):
+        eng = Engine(fast_profile(register=register), 1.0)
+        r1, r2 = SimRequest(0, 10, [_img("x")], 3), SimRequest(1, 10, [_img("x")], 3)
+        eng.add(r1)
+        eng.add(r2)  # admitted in the same step: an in-flight duplicate
+        eng.begin_step()
+        eng.end_step(1.0)
+        assert r2.hits == expect_hits, register
+    # encode registers at the end of the encoder's step; completion only when r finishes
+    eng = Engine(fast_profile(register="encode"), 1.0)
+    eng.add(SimRequest(0, 10, [_img("y")], 5))
+    eng.begin_step()
+    eng.end_step(1.0)
+    assert "y" in eng.cache
+    eng = Engine(fast_profile(register="completion"), 1.0)
+    eng.add(SimRequest(0, 10, [_img("y")], 2))
+    eng.begin_step()
+    eng.end_step(1.0)
+    assert "y" not in eng.cache
+    eng.begin_step()
+    eng.end_step(2.0)
+    assert "y" in eng.cache
+
+
+def test_profiles_ship_and_reject_bad_values(tmp_path):
+    for name in ("qwen3-vl-30b-gb200", "zero-delay"):
+        p = load_profile(name)
+        assert p.name == name
+    assert load_profile("zero-delay").zero_delay
+    assert not load_profile("qwen3-vl-30b-gb200").zero_delay
+    with pytest.raises(UserError, match="unknown keys"):
+        profile_from_dict({"step_base": 1})
+    with pytest.raises(UserError, match="negative"):
+        profile_from_dict({"step_base_ms": -1})
+    with pytest.raises(UserError, match="key_mode"):
+        profile_from_dict({"key_mode": "nope"})
+    with pytest.raises(UserError, match="must be a number"):
+        profile_from_dict({"step_base_ms": "fast"})
+    with pytest.raises(UserError, match="cannot find"):
+        load_profile("no-such-profile")
+    f = tmp_path / "p.yaml"
+    f.write_text("step_base_ms: 3\n")
+    assert load_profile(str(f)).step_base_ms == 3
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def test_sessions_replay_causally_and_concurrency_counts_sessions(tmp_path):
+    rows = []
+    for turn in range(3):
+        for user in range(4):
+            rows.append({"text": "x" * 40, "session_id": f"u{user}"})
+    path = _write(tmp_path / "s.jsonl", rows)
+    prof = fast_profile(step_base_ms=5.0)
+    turns = load_turns(path, prof)
+    res = simulate(turns, prof, 0.0, concurrency=2, request_count=12,
+                   policy=OutputPolicy(4, 4, True))
+    by = {}
+    for r in res.records:
+        by.setdefault(r.conversation_id, []).append(r)
+    assert sorted(by) == ["u0", "u1", "u2", "u3"]
+    for recs in by.values():
+        recs.sort(key=lambda r: r.start_ns)
+        assert [r.turn_index for r in recs] == [0, 0, 0] or len(recs) == 3
+        for prev, nxt in zip(recs, recs[1:]):
+            assert nxt.start_ns >= prev.end_ns  # next turn only after the previous completes
+    # never more than 2 requests in flight
+    events = sorted([(r.start_ns, 1) for r in res.records] + [(r.end_ns, -1) for r in res.records],
+                    key=lambda e: (e[0], e[1]))
+    live = peak = 0
+    for _, d in events:
+        live += d
+        peak = max(peak, live)
+    assert peak == 2
+    # sessions start in order of first appearance: u0, u1 first
+    first = sorted(res.records, key=lambda r: r.start_ns)[:2]
+    assert {r.conversation_id for r in first} == {"u0", "u1"}
+
+
+def test_warmup_then_profiling_and_request_count_wraps(tmp_path):
+    path = _write(tmp_path / "d.jsonl", [{"text": f"row {i}"} for i in range(5)])
+    prof = fast_profile()
+    res = simulate(load_turns(path, prof), prof, 0.0, concurrency=3, request_count=8,
+                   warmup_count=2, policy=OutputPolicy(3, 0, True))
+    warm = [r for r in res.records if r.phase == "warmup"]
+    prof_recs = [r for r in res.records if r.phase == "profiling"]
+    assert len(warm) == 2 and len(prof_recs) == 8
+    assert min(r.start_ns for r in prof_recs) >= max(r.end_ns for r in warm)
+    assert all(r.output_tokens == 3 for r in res.records)
+
+
+def test_virtual_cache_counts_match_analysis_lru(tmp_path):
+    """Hits per request equal the exact byte-LRU prediction over dispatch order."""
+    from mmdatagen.analysis.lru import lru_hits
+
+    rnd = random.Random(3)
+    pool = [png_url((i, 2 * i, 3), (64 + 32 * (i % 3), 64)) for i in range(12)]
+    order = [rnd.randrange(12) for _ in range(80)]
+    path = _write(tmp_path / "p.jsonl", [{"text": "hi", "image": pool[i]} for i in order])
+    prof = fast_profile(register="schedule")
+    turns = load_turns(path, prof)
+    keys = [t.images[0].key for t in turns]
+    sizes = [t.images[0].nbytes for t in turns]
+    cap = 4 * max(sizes) + 1000  # four entries: forces evictions
+    res = simulate(turns, prof, cap / 2**30, concurrency=4, request_count=80)
+    expect = lru_hits(keys, sizes, res.engine.cache.capacity)
+    got = [r.image_hits for r in sorted(res.records, key=lambda r: int(r.x_request_id[4:]))]
+    assert got == [int(x) for x in expect]
+    assert res.engine.cache.evictions > 0

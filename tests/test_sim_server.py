@@ -1,0 +1,200 @@
+"""The simulator over real loopback HTTP: streaming, non-streaming, endpoints, every error path."""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from sim_helpers import MODEL, chat, fast_profile, png_url, run, running
+
+
+async def _sse(resp) -> list[bytes]:
+    raw = await resp.read()
+    return [e for e in raw.split(b"\n\n") if e]
+
+
+def test_streamed_chat_chunks_usage_and_headers():
+    async def go():
+        async with running() as (url, sim, sess):
+            body = chat([{"type": "text", "text": "x" * 400},
+                         {"type": "image_url", "image_url": {"url": png_url()}}],
+                        stream=True, stream_options={"include_usage": True},
+                        max_tokens=5, min_tokens=5, ignore_eos=True)
+            async with sess.post(url + "/v1/chat/completions", json=body,
+                                 headers={"X-Request-ID": "abc"}) as resp:
+                assert resp.status == 200
+                assert resp.content_type == "text/event-stream"
+                h = resp.headers
+                assert (h["x-mmdatagen-image-hits"], h["x-mmdatagen-image-misses"]) == ("0", "1")
+                assert int(h["x-mmdatagen-server-ttft-ns"]) > 0
+                assert h["x-request-id"] == "abc"
+                events = await _sse(resp)
+            assert events[-1] == b"data: [DONE]"
+            docs = [orjson.loads(e[6:]) for e in events[:-1]]
+            content = [d for d in docs if d["choices"]]
+            assert len(content) == 5
+            assert content[0]["choices"][0]["delta"]["role"] == "assistant"
+            assert [d["choices"][0]["finish_reason"] for d in content] == [None] * 4 + ["length"]
+            assert all(d["object"] == "chat.completion.chunk" and d["model"] == MODEL for d in docs)
+            assert len({d["id"] for d in docs}) == 1
+            usage = docs[-1]["usage"]
+            # 400 bytes / 4 = 100 text tokens; 640x480 -> 300 image tokens + 2 markers
+            assert usage == {"prompt_tokens": 402, "completion_tokens": 5, "total_tokens": 407}
+            assert docs[-1]["choices"] == []
+    run(go())
+
+
+def test_stream_without_usage_and_min_max_tokens():
+    async def go():
+        async with running() as (url, sim, sess):
+            body = chat("hello", stream=True, max_completion_tokens=3)
+            async with sess.post(url + "/v1/chat/completions", json=body) as resp:
+                events = await _sse(resp)
+            docs = [orjson.loads(e[6:]) for e in events[:-1]]
+            assert len(docs) == 3 and all("usage" not in d for d in docs)
+            # without ignore_eos the natural length (7) caps; min_tokens raises it
+            body = chat("hello", stream=False, max_tokens=50, min_tokens=9)
+            async with sess.post(url + "/v1/chat/completions", json=body) as resp:
+                doc = await resp.json()
+            assert doc["usage"]["completion_tokens"] == 9
+            assert doc["choices"][0]["finish_reason"] == "stop"
+            body = chat("hello", max_tokens=50)
+            async with sess.post(url + "/v1/chat/completions", json=body) as resp:
+                doc = await resp.json()
+            assert doc["usage"]["completion_tokens"] == 7
+    run(go())
+
+
+def test_non_streaming_and_completions_endpoint():
+    async def go():
+        async with running() as (url, sim, sess):
+            body = chat([{"type": "text", "text": "abcd" * 10}], max_tokens=4, ignore_eos=True)
+            async with sess.post(url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                assert resp.headers["x-mmdatagen-image-misses"] == "0"
+                doc = await resp.json()
+            assert doc["object"] == "chat.completion"
+            assert doc["usage"] == {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}
+            assert "performance" in doc["choices"][0]["message"]["content"] or \
+                doc["choices"][0]["message"]["content"].startswith(" This is a simulated")
+            body = {"model": MODEL, "prompt": "abcd" * 3, "max_tokens": 2, "stream": True,
+                    "ignore_eos": True, "stream_options": {"include_usage": True}}
+            async with sess.post(url + "/v1/completions", json=body) as resp:
+                events = await _sse(resp)
+            docs = [orjson.loads(e[6:]) for e in events[:-1]]
+            assert [d["choices"][0]["text"] for d in docs[:2]] == [" This", " is"]
+            assert docs[-1]["usage"]["prompt_tokens"] == 3
+    run(go())
+
+
+def test_models_health_metrics():
+    async def go():
+        async with running() as (url, sim, sess):
+            async with sess.get(url + "/v1/models") as resp:
+                doc = await resp.json()
+            assert doc["data"][0]["id"] == MODEL
+            assert "not a language model" in doc["data"][0]["description"]
+            async with sess.get(url + "/health") as resp:
+                assert resp.status == 200
+            async with sess.get(url + "/metrics") as resp:
+                text = await resp.text()
+            for name in ("embedding_cache_queries_total", "embedding_cache_hits_total",
+                         "embedding_cache_misses_total", "embedding_cache_evictions_total",
+                         "embedding_cache_bytes", "embedding_cache_entries", "requests_total"):
+                assert f"\nmmdatagen_sim_{name} " in "\n" + text
+    run(go())
+
+
+BAD = [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (orjson.dumps({"messages": [{"role": "user", "content": "x"}]}), 400, "model"),
+    (orjson.dumps({"model": MODEL}), 400, "messages"),
+    (orjson.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]}), 404, "nope"),
+    (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}])),
+     400, "base64"),
+    (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}])),
+     400, "unsupported or corrupt"),
+    (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "data:text/plain;base64,aGVsbG8="}}])),
+     400, "media type"),
+    (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "/etc/passwd"}}])), 400, "URL"),
+    (orjson.dumps(chat([{"type": "input_audio", "input_audio": {}}])), 400, "unsupported content"),
+    (orjson.dumps(chat([{"type": "text"}])), 400, "text"),
+    (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "", "detail": "x"}}])), 400, "uuid"),
+    (orjson.dumps(chat("x", max_tokens=0)), 400, "max_tokens"),
+    (orjson.dumps(chat("x", max_tokens="5")), 400, "max_tokens"),
+    (orjson.dumps(chat("x", max_tokens=2, min_tokens=5)), 400, "min_tokens"),
+    (orjson.dumps(chat("x", stream="yes")), 400, "stream"),
+    (orjson.dumps(chat("x", n=2)), 400, "n = 1"),
+    (orjson.dumps(chat("x", max_tokens=10**9)), 400, "context length"),
+    (orjson.dumps({"model": MODEL, "messages": ["hi"]}), 400, "role"),
+    (orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": 5}]}), 400, "content"),
+]
+
+
+@pytest.mark.parametrize("raw,status,needle", BAD)
+def test_error_paths_are_openai_errors(raw, status, needle):
+    async def go():
+        async with running() as (url, sim, sess):
+            async with sess.post(url + "/v1/chat/completions", data=raw,
+                                 headers={"Content-Type": "application/json"}) as resp:
+                assert resp.status == status
+                doc = await resp.json()
+            assert needle in doc["error"]["message"]
+            assert {"message", "type", "code"} <= set(doc["error"])
+            # the server is still healthy afterwards
+            async with sess.post(url + "/v1/chat/completions", json=chat("ok")) as resp:
+                assert resp.status == 200
+    run(go())
+
+
+def test_completions_bad_prompt_and_unsupported_format():
+    async def go():
+        async with running() as (url, sim, sess):
+            async with sess.post(url + "/v1/completions", json={"model": MODEL, "prompt": 5}) as resp:
+                assert resp.status == 400
+            gif = png_url(fmt="GIF")  # decodable by PIL: accepted
+            async with sess.post(url + "/v1/chat/completions",
+                                 json=chat([{"type": "image_url", "image_url": {"url": gif}}])) as r:
+                assert r.status == 200
+            svg = "data:image/svg+xml;base64,PHN2Zz48L3N2Zz4="
+            async with sess.post(url + "/v1/chat/completions",
+                                 json=chat([{"type": "image_url", "image_url": {"url": svg}}])) as r:
+                assert r.status == 400
+    run(go())
+
+
+def test_body_limit_413_and_api_key_401():
+    async def go():
+        prof = fast_profile(max_body_mb=0.01)
+        async with running(prof, api_key="sekrit") as (url, sim, sess):
+            async with sess.post(url + "/v1/chat/completions", json=chat("x")) as resp:
+                assert resp.status == 401
+                assert (await resp.json())["error"]["type"] == "authentication_error"
+            auth = {"Authorization": "Bearer sekrit"}
+            async with sess.get(url + "/v1/models", headers=auth) as resp:
+                assert resp.status == 200
+            async with sess.post(url + "/v1/chat/completions", json=chat("x" * 20000),
+                                 headers=auth) as resp:
+                assert resp.status == 413
+                assert "exceeds" in (await resp.json())["error"]["message"]
+            async with sess.post(url + "/v1/chat/completions", json=chat("x"), headers=auth) as resp:
+                assert resp.status == 200
+            async with sess.get(url + "/health") as resp:  # health needs no key
+                assert resp.status == 200
+    run(go())
+
+
+def test_http_url_and_uuid_keys():
+    async def go():
+        async with running() as (url, sim, sess):
+            part = {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}}
+            for expect in ("0", "1"):
+                async with sess.post(url + "/v1/chat/completions", json=chat([part])) as resp:
+                    assert resp.headers["x-mmdatagen-image-hits"] == expect
+                    # default size 640x480 -> 302 prompt tokens
+                    assert (await resp.json())["usage"]["prompt_tokens"] == 302
+            cache_only = {"type": "image_url", "image_url": {"url": ""}, "uuid": "u1"}
+            for expect in ("0", "1"):
+                async with sess.post(url + "/v1/chat/completions", json=chat([cache_only])) as r:
+                    assert r.headers["x-mmdatagen-image-hits"] == expect
+    run(go())
