@@ -142,12 +142,14 @@ def _squeeze(cols: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | None = None,
-              ref_row: np.ndarray | None = None, oversize: str = "bypass") -> Curve:
+              ref_row: np.ndarray | None = None, oversize: str = "bypass",
+              obj_bytes: np.ndarray | None = None) -> Curve:
     """The exact hit curve of a byte LRU over a trace, for every capacity.
 
     ``ids``: dense object id per reference; ``obj_sizes``/``obj_tokens``: bytes and encoder
     tokens per object; ``ref_row``: non-decreasing request index per reference (default: one
-    request per reference), for the "all images of the request hit" count.
+    request per reference), for the "all images of the request hit" count; ``obj_bytes``: what
+    ``hit_bytes`` adds up (default ``obj_sizes``; e.g. real bytes for an LRU counting entries).
     """
     if oversize not in OVERSIZE:
         raise UserError(f"unknown oversize policy {oversize!r}; choose from {', '.join(OVERSIZE)}")
@@ -160,6 +162,7 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
             raise UserError("ref_row must give a non-decreasing request index per reference")
     if ids.size and (ids.min() < 0 or ids.max() >= obj_sizes.size):
         raise UserError("object ids must index obj_sizes")
+    obj_bytes = obj_sizes if obj_bytes is None else np.asarray(obj_bytes, np.int64)
     sizes = obj_sizes[ids]
     if ids.size and sizes.min() <= 0:
         raise UserError("cache entry sizes must be positive")
@@ -172,11 +175,11 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
             keep = sizes <= t_lo  # larger objects are bypassed at capacities in [t_lo, t_hi)
             sub = np.full(ids.size, -1, np.int64)
             sub[keep] = required_capacity(ids[keep], sizes[keep], m)
-            parts.append(_step_curve(sub, ids, obj_sizes, obj_tokens, ref_row, int(t_lo),
+            parts.append(_step_curve(sub, ids, obj_bytes, obj_tokens, ref_row, int(t_lo),
                                      int(t_hi)))
         lo = int(tiers[-1])
     req = required_capacity(ids, sizes, m)
-    parts.append(_step_curve(req, ids, obj_sizes, obj_tokens, ref_row, lo))
+    parts.append(_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo))
     cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(5)]
     return Curve(*_squeeze(cols))
 

@@ -1,0 +1,161 @@
+"""Printing and writing analysis results: text report, sweep table, curve CSV/JSON, plot."""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from ..errors import UserError
+from ..io.atomic import atomic_open
+from .predict import GIB, Analysis
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _gib(b: int | None) -> str:
+    if b is None:
+        return "not reached"
+    return f"{b / GIB:.3f} GiB" if b < 100 * GIB else f"{b / GIB:,.1f} GiB"
+
+
+def _mib(b: float) -> str:
+    return f"{b / (1 << 20):.2f} MiB"
+
+
+def format_report(a: Analysis) -> str:
+    """The human-readable report of one analysis."""
+    s = a.summary
+    sem = s["semantics"]
+    eb = s["entry_bytes"]
+    lines = [
+        f"source                 {s['source']}",
+        f"model                  {s['model']['name']} ({s['model']['bytes_per_token']:,} B/token"
+        f"{', DeepStack real width' if s['model']['real_width'] else ''}); entries "
+        + (f"{_mib(eb['min'])}" if eb["min"] == eb["max"] else
+           f"{_mib(eb['min'])} .. {_mib(eb['max'])} (mean {_mib(eb['mean'])})"),
+        f"cache semantics        key {sem['key']}, insert at {sem['insert']}, oversize "
+        f"{sem['oversize']}, dispatch {sem['dispatch']}"
+        + (f", {sem['in_flight']} in flight" if sem["in_flight"] else ""),
+        f"requests               {s['requests']:,} ({s['requests_with_images']:,} with images)",
+        f"image references       {s['references']:,}",
+        f"distinct images        {s['distinct_images']:,} ({_gib(s['distinct_bytes'])} of entries)",
+        f"compulsory misses      {s['compulsory_misses']:,}"
+        + (f" ({s['unbounded_misses']:,} misses with an unbounded cache: in-flight duplicates)"
+           if s["unbounded_misses"] != s["compulsory_misses"] else ""),
+        f"best possible hit rate {_pct(s['best']['hit_rate'])} of references, "
+        f"{_pct(s['best']['byte_hit_rate'])} of bytes, {s['best']['tokens_saved']:,} encoder "
+        "tokens saved",
+    ]
+    if s["capacities"]:
+        lines += ["", f"{'capacity':>16} {'hit rate':>9} {'byte hits':>9} {'all-hit req':>11} "
+                      f"{'tokens saved':>14}"]
+        for c in s["capacities"]:
+            cap = (f"{c['capacity_gib']:g} GiB" if c["capacity_bytes"] is not None
+                   else f"{c['capacity_images']:,} images")
+            lines.append(f"{cap:>16} {_pct(c['hit_rate']):>9} {_pct(c['byte_hit_rate']):>9} "
+                         f"{_pct(c['full_request_rate']):>11} {c['tokens_saved']:>14,}")
+    lines.append("")
+    for t in s["thresholds"]:
+        imgs = "not reached" if t["capacity_images"] is None else f"{t['capacity_images']:,} images"
+        lines.append(f"{100 * t['fraction_of_best']:g} % of best ({t['hits']:,} hits) needs "
+                     f"{_gib(t['capacity_bytes'])} or {imgs}")
+    return "\n".join(lines)
+
+
+def format_sweep(analyses: list[tuple[dict, Analysis]]) -> str:
+    """One line per (workload parameters, capacity) for sweeps."""
+    header = ["workload", "capacity", "best", "hit rate", "byte hits", "all-hit req",
+              "90% GiB", "99% GiB", "100% GiB"]
+    table = []
+    for params, a in analyses:
+        s = a.summary
+        label = " ".join(f"{k}={v}" for k, v in params.items())
+        th = [("-" if t["capacity_bytes"] is None else f"{t['capacity_bytes'] / GIB:.3f}")
+              for t in s["thresholds"]]
+        caps = s["capacities"] or [None]
+        for c in caps:
+            if c is None:
+                table.append([label, "-", _pct(s["best"]["hit_rate"]), "-", "-", "-", *th])
+                continue
+            cap = (f"{c['capacity_gib']:g} GiB" if c["capacity_bytes"] is not None
+                   else f"{c['capacity_images']} img")
+            table.append([label, cap, _pct(s["best"]["hit_rate"]), _pct(c["hit_rate"]),
+                          _pct(c["byte_hit_rate"]), _pct(c["full_request_rate"]), *th])
+    widths = [max(len(str(r[i])) for r in [header, *table]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(str(v).ljust(w) if i == 0 else str(v).rjust(w)  # noqa: E731
+                              for i, (v, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(header), *(fmt(r) for r in table)])
+
+
+def write_curve(a: Analysis, path: Path) -> None:
+    """The full curve as CSV or JSON (by extension), written atomically."""
+    path = Path(path)
+    cols = a.curve_rows()
+    ext = path.suffix.lower()
+    if ext not in (".csv", ".json"):
+        raise UserError(f"--curve must end in .csv or .json, got {path.name}")
+    with atomic_open(path, "wb") as fh:
+        if ext == ".json":
+            doc = {"sampled": a.curve_sampled, "summary": a.summary,
+                   "curve": {k: v.tolist() for k, v in cols.items()}}
+            fh.write(orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY))
+            return
+        names = list(cols)
+        fh.write((",".join(names) + "\n").encode())
+        block = 200_000
+        n = cols["hits"].size
+        for start in range(0, n, block):
+            buf = io.StringIO()
+            w = csv.writer(buf, lineterminator="\n")
+            part = [cols[k][start:start + block].tolist() for k in names]
+            w.writerows(zip(*part))
+            fh.write(buf.getvalue().encode())
+
+
+def plot_curve(a: Analysis, path: Path) -> None:
+    """Hit rate against cache size with the bound and the asked capacities marked (matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("--plot needs matplotlib: pip install 'mmdatagen[plot]'") from None
+    s = a.summary
+    cols = a.curve_rows()
+    x = np.r_[0.0, cols["capacity_gib"]]
+    y = np.r_[0.0, cols["hit_rate"]] * 100
+    top = max(x[-1] * 1.1, max((c["capacity_gib"] or 0 for c in s["capacities"]), default=0) * 1.05,
+              1e-6)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.step(np.r_[x, top], np.r_[y, y[-1]], where="post", label="predicted LRU hit rate")
+    ax.axhline(100 * s["best"]["hit_rate"], ls="--", color="grey",
+               label=f"best possible {_pct(s['best']['hit_rate'])}")
+    for c in s["capacities"]:
+        if c["capacity_bytes"] is not None:
+            ax.axvline(c["capacity_gib"], ls=":", color="tab:red")
+            ax.plot([c["capacity_gib"]], [100 * c["hit_rate"]], "o", color="tab:red")
+            ax.annotate(f"{c['capacity_gib']:g} GiB: {_pct(c['hit_rate'])}",
+                        (c["capacity_gib"], 100 * c["hit_rate"]), textcoords="offset points",
+                        xytext=(4, -12), fontsize=8)
+    ax.set_xlabel("embedding cache capacity (GiB)")
+    ax.set_ylabel("image reference hit rate (%)")
+    ax.set_ylim(0, 100)
+    ax.set_xlim(0, top)
+    ax.set_title(f"{Path(str(s['source'])).name} - {s['model']['name']}"
+                 + (" (sampled)" if a.curve_sampled else ""), fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_open(Path(path), "wb") as fh:
+        fig.savefig(fh, format="png", dpi=120)
+    plt.close(fig)
+
+
+def to_json(obj) -> bytes:
+    """JSON bytes of a summary (or a list of them)."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)

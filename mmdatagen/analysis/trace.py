@@ -1,0 +1,230 @@
+"""Image-reference traces: which cache key each request looks up, in order, with image sizes.
+
+Built from a plan (no pixels), from a manifest written beside a dataset, or by streaming any
+AIPerf JSONL and identifying each image as an engine would (``KEY_MODES`` of ``io/imageref``).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import blake3
+import numpy as np
+
+from ..errors import DatasetError, UserError
+from ..io import imageref
+from ..io.readers import Turn, detect_format, iter_turns
+from ..vlm import VisionModel
+
+
+@dataclass
+class Trace:
+    """References in file order: ``ids[i]`` is the object (cache key) of reference i, made by
+    request ``ref_row[i]`` (non-decreasing). Per object: ``widths``/``heights`` (0 = unknown).
+    ``sessions`` per row (None: every row its own session)."""
+
+    ids: np.ndarray
+    ref_row: np.ndarray
+    num_rows: int
+    widths: np.ndarray
+    heights: np.ndarray
+    sessions: np.ndarray | None = None
+    source: str = ""
+    info: dict = field(default_factory=dict)
+
+    @property
+    def num_objects(self) -> int:
+        return int(self.widths.size)
+
+    def row_refs(self) -> list[np.ndarray]:
+        """Object ids per row."""
+        bounds = np.searchsorted(self.ref_row, np.arange(1, self.num_rows))
+        return np.split(self.ids, bounds)
+
+    def reordered(self, rows: np.ndarray) -> Trace:
+        """The trace with requests in the given order (e.g. dispatch order)."""
+        refs = self.row_refs()
+        parts = [refs[r] for r in rows.tolist()]
+        lens = np.array([p.size for p in parts], np.int64)
+        ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        sessions = None if self.sessions is None else self.sessions[rows]
+        return Trace(ids.astype(np.int64), np.repeat(np.arange(len(parts)), lens), len(parts),
+                     self.widths, self.heights, sessions, self.source, dict(self.info))
+
+    def costs(self, model: VisionModel, real_width: bool = False,
+              unknown_size: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(cache bytes, encoder tokens) per object under ``model``."""
+        w, h = self.widths.astype(np.int64), self.heights.astype(np.int64)
+        unknown = (w <= 0) | (h <= 0)
+        if unknown.any() and model.tokens_per_image is None:
+            if unknown_size is None:
+                raise UserError(f"{int(unknown.sum())} image(s) have unknown dimensions (http URLs "
+                                "or uuid-only references); pass --url-image-size WxH")
+            w, h = np.where(unknown, unknown_size[0], w), np.where(unknown, unknown_size[1], h)
+        pairs, inv = np.unique(np.stack([w, h], 1), axis=0, return_inverse=True)
+        tok = np.array([model.image_tokens(int(a), int(b)) for a, b in pairs], np.int64)
+        byt = np.array([model.entry_bytes(int(a), int(b), real_width) for a, b in pairs], np.int64)
+        inv = inv.reshape(-1)
+        return byt[inv], tok[inv]
+
+
+def _dense(values: Iterable) -> np.ndarray:
+    """Integers by first appearance for arbitrary hashable labels."""
+    table: dict = {}
+    return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int64)
+
+
+def _with_history(row_refs: list[list[int]], sessions: list) -> list[list[int]]:
+    """multi_turn: every request resends its session's earlier images before its own."""
+    seen: dict = {}
+    out = []
+    for refs, sid in zip(row_refs, sessions):
+        hist = seen.setdefault(sid, [])
+        out.append(hist + refs)
+        hist.extend(refs)
+    return out
+
+
+def _build(row_refs: list[list[int]], widths, heights, sessions: list | None, source: str,
+           info: dict) -> Trace:
+    lens = np.fromiter((len(r) for r in row_refs), np.int64, len(row_refs))
+    ids = np.fromiter((x for r in row_refs for x in r), np.int64, int(lens.sum()))
+    sess = None if sessions is None else _dense(sessions)
+    return Trace(ids, np.repeat(np.arange(len(row_refs)), lens), len(row_refs),
+                 np.asarray(widths, np.int64), np.asarray(heights, np.int64), sess, source, info)
+
+
+def trace_from_plan(plan) -> Trace:
+    """A plan's references in file order (every plan image id is one distinct picture)."""
+    rows, k = plan.image_ids.shape
+    sessions = None if plan.sessions is None else plan.sessions.astype(np.int64)
+    return Trace(plan.image_ids.reshape(-1).astype(np.int64),
+                 np.repeat(np.arange(rows), k), rows, plan.widths.astype(np.int64),
+                 plan.heights.astype(np.int64), sessions, f"{plan.kind} plan",
+                 {"kind": plan.kind, "params": dict(plan.params), "key_mode": "image id (plan)"})
+
+
+def trace_from_manifest(manifest: dict, source: str = "manifest") -> Trace:
+    """References from a manifest: its ``rows`` of pool ids and ``images`` (no image is read)."""
+    try:
+        images = manifest["images"]
+        index = {int(im["id"]): i for i, im in enumerate(images)}
+        widths = [int(im["width"]) for im in images]
+        heights = [int(im["height"]) for im in images]
+        rows = [[index[int(x)] for x in row] for row in manifest["rows"]]
+        sessions = manifest.get("sessions")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{source}: malformed manifest ({exc.__class__.__name__}: {exc})") from None
+    if sessions is not None and len(sessions) != len(rows):
+        raise DatasetError(f"{source}: manifest has {len(sessions)} sessions for {len(rows)} rows")
+    if manifest.get("format") == "multi_turn":
+        rows = _with_history(rows, sessions or list(range(len(rows))))
+    info = {"kind": manifest.get("kind"), "params": manifest.get("params") or {},
+            "manifest": True, "key_mode": "image id (manifest)"}
+    return _build(rows, widths, heights, sessions, source, info)
+
+
+class _Identifier:
+    """Turns image references into dense object ids under one key mode, memoising by string."""
+
+    def __init__(self, mode: str, dataset_dir: Path | None):
+        if mode not in imageref.KEY_MODES:
+            raise UserError(f"unknown key mode {mode!r}; choose from {', '.join(imageref.KEY_MODES)}")
+        self.mode, self.dir = mode, dataset_dir
+        self.by_ref: dict = {}
+        self.by_key: dict = {}
+        self.widths: list[int] = []
+        self.heights: list[int] = []
+
+    def _object(self, key, dims: tuple[int, int]) -> int:
+        oid = self.by_key.get(key)
+        if oid is None:
+            oid = self.by_key[key] = len(self.widths)
+            self.widths.append(dims[0])
+            self.heights.append(dims[1])
+        elif self.widths[oid] <= 0 < dims[0]:
+            self.widths[oid], self.heights[oid] = dims
+        return oid
+
+    def _key_and_dims(self, ref: str) -> tuple[object, tuple[int, int]]:
+        parsed = imageref.parse_ref(ref)
+        if parsed.kind == "url":
+            return ("url", ref), (0, 0)  # the server fetches it: only the URL string is known
+        data = imageref.load_bytes(ref, self.dir)
+        dims = imageref.image_dims(data)
+        # AIPerf re-encodes local files (deterministically), so the engine never sees a file's
+        # original bytes: equal files share a key, but not with a data URL of the same bytes.
+        # Only PNG re-encoding is lossless, so only PNG files share pixel keys with data URLs.
+        space = "data" if parsed.kind == "data" else "file"
+        if self.mode == "pixels":
+            lossless = parsed.kind == "data" or data[:8] == b"\x89PNG\r\n\x1a\n"
+            return ("px" if lossless else "file-px", imageref.pixel_key(data)), dims
+        if self.mode == "reference" and parsed.kind == "data":
+            return ("ref", imageref.reference_key(ref)), dims
+        return (space, imageref.bytes_key(data)), dims
+
+    def __call__(self, ref: str, uuid: str | None) -> int:
+        if self.mode == "uuid" and uuid:
+            dims = (0, 0)
+            if ref:
+                dims = self._lookup(ref)[1]
+            return self._object(("uuid", uuid), dims)
+        if not ref:
+            raise DatasetError("an image reference without a uuid is empty")
+        key, dims = self._lookup(ref)
+        return self._object(key, dims)
+
+    def _lookup(self, ref: str) -> tuple[object, tuple[int, int]]:
+        memo = blake3.blake3(ref.encode()).digest() if len(ref) > 64 else ref
+        hit = self.by_ref.get(memo)
+        if hit is None:
+            hit = self.by_ref[memo] = self._key_and_dims(ref)
+        return hit
+
+
+def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",
+                       progress: Callable[[int], None] | None = None) -> Trace:
+    """Stream an AIPerf JSONL and identify every image as an engine keyed by ``key_mode`` would.
+
+    ``progress`` is called with an estimate of the bytes consumed per row.
+    """
+    path = Path(path)
+    ident = _Identifier(key_mode, path.resolve().parent)
+    detected = detect_format(path) if fmt == "auto" else fmt
+    row_refs: list[list[int]] = []
+    sessions: list = []
+    for n, turn in enumerate(iter_turns(path, detected)):
+        row_refs.append(_turn_refs(turn, ident, f"{path.name}:{turn.line_no}"))
+        sessions.append(turn.session_id if turn.session_id is not None else ("row", n))
+        if progress is not None:
+            progress(sum(map(len, turn.images)) + sum(map(len, turn.texts)) + 64)
+    if detected == "multi_turn":
+        row_refs = _with_history(row_refs, sessions)
+    if not row_refs:
+        raise DatasetError(f"{path}: no rows")
+    has_sessions = any(not isinstance(s, tuple) for s in sessions)
+    info = {"kind": "dataset", "format": detected, "key_mode": key_mode, "manifest": False}
+    return _build(row_refs, ident.widths, ident.heights, sessions if has_sessions else None,
+                  str(path), info)
+
+
+def _turn_refs(turn: Turn, ident: _Identifier, where: str) -> list[int]:
+    uuids = turn.image_uuids
+    images = turn.images
+    if uuids is not None and not images:
+        images = [""] * len(uuids)  # cache-only references
+    out = []
+    for i, ref in enumerate(images):
+        try:
+            out.append(ident(ref, uuids[i] if uuids else None))
+        except DatasetError as exc:
+            raise DatasetError(f"{where}: {exc}") from None
+    return out
+
+
+def dataset_size(path: Path) -> int | None:
+    """Bytes on disk for progress totals (None for compressed files, whose total is unknown)."""
+    path = Path(path)
+    return None if path.suffix == ".gz" else os.path.getsize(path)

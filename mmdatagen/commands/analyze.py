@@ -1,0 +1,246 @@
+"""``mmdatagen analyze``: predicted embedding-cache hit rates for a dataset or a workload plan."""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import UserError
+
+GIB = 1 << 30
+POOL_DEFAULTS = {"num_requests": 1000, "pool_size": 200, "images_per_request": 1,
+                 "image_size": "640x480"}
+SW_DEFAULTS = {"users": 30, "turns": 8, "window": 5, "stride": 1, "image_size": "2400x1080"}
+
+
+def _numbers(values: tuple[str, ...], kind: type, name: str) -> list:
+    """Expand ``1 2.5 0:20:2 5,6`` (repeatable; ranges include their end) into numbers."""
+    out: list = []
+    for raw in values:
+        for item in str(raw).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                if ":" in item:
+                    parts = [kind(p) for p in item.split(":")]
+                    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] <= 0):
+                        raise ValueError
+                    lo, hi = parts[0], parts[1]
+                    step = parts[2] if len(parts) == 3 else 1
+                    count = int((hi - lo) / step + 1e-9) + 1
+                    if count > 100_000:
+                        raise UserError(f"{name} range {item!r} has more than 100,000 values")
+                    out += [kind(round(lo + i * step, 9)) for i in range(max(count, 0))]
+                else:
+                    out.append(kind(item))
+            except ValueError:
+                raise UserError(f"bad {name} value {item!r}; expected a number, a list 1,2,4 or a "
+                                "range start:stop[:step]") from None
+    if any(v < 0 for v in out):
+        raise UserError(f"{name} must not be negative")
+    return out
+
+
+def _size(value: str | None) -> tuple[int, int] | None:
+    if not value:
+        return None
+    from ..plans.sizes import parse_sizes
+
+    w, h, _ = parse_sizes(value)[0]
+    return w, h
+
+
+def _model(name: str, tokens_per_image: int | None, bytes_per_token: int | None):
+    from ..vlm import generic_model, get_model
+
+    if tokens_per_image is not None or bytes_per_token is not None:
+        if tokens_per_image is None or bytes_per_token is None:
+            raise UserError("--tokens-per-image and --bytes-per-token go together")
+        return generic_model(tokens_per_image, bytes_per_token)
+    return get_model(name)
+
+
+def _progress(total: int | None, quiet: bool):
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="scanning", unit="B", unit_scale=True, file=sys.stderr,
+                leave=False)
+
+
+def _dataset_trace(path: Path, key: str, fmt: str, use_manifest: bool, quiet: bool):
+    from ..analysis.trace import dataset_size, trace_from_dataset, trace_from_manifest
+
+    if not path.is_file():
+        raise UserError(f"dataset {path} not found")
+    if use_manifest:
+        from ..io.manifest import manifest_path, read_manifest
+
+        manifest = read_manifest(path)
+        if manifest is not None:
+            return trace_from_manifest(manifest, str(path)), str(manifest_path(path))
+    bar = _progress(dataset_size(path), quiet)
+    try:
+        return trace_from_dataset(path, key, fmt, bar.update if bar else None), None
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
+    """Every plan of the sweep (cartesian product of multi-valued parameters)."""
+    from ..plans import pool_plan, sliding_window_plan
+
+    if workload == "pool":
+        fn, defaults = pool_plan, POOL_DEFAULTS
+        names = {"num_requests": int, "pool_size": int, "images_per_request": int,
+                 "zipf_exponent": float, "target_reuse": float}
+        fixed = {"reuse": opts["reuse"]}
+    else:
+        fn, defaults = sliding_window_plan, SW_DEFAULTS
+        names = {"users": int, "turns": int, "window": int, "stride": int, "shared_fraction": float}
+        fixed = {"order": opts["order"]}
+    axes: dict[str, list] = {}
+    for name, kind in names.items():
+        vals = _numbers(opts[name], kind, "--" + name.replace("_", "-")) if opts[name] else []
+        if vals:
+            axes[name] = vals
+        elif name in defaults:
+            axes[name] = [defaults[name]]
+    image_sizes = list(opts["image_size"]) or [defaults["image_size"]]
+    axes["image_size"] = image_sizes
+    swept = [k for k, v in axes.items() if len(v) > 1]
+    out = []
+    combos = list(itertools.product(*axes.values()))
+    if len(combos) > 10_000:
+        raise UserError(f"the sweep has {len(combos):,} workloads; at most 10,000")
+    for combo in combos:
+        args = dict(zip(axes, combo))
+        plan = fn(**args, **fixed, seed=opts["seed"])
+        out.append(({k: args[k] for k in swept}, plan))
+    return out
+
+
+@click.command(context_settings={"max_content_width": 100})
+@click.argument("dataset", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", default="qwen3-vl-30b-a3b", show_default=True,
+              help="Registry name, alias or Hugging Face id (see mmdatagen/data/models.json).")
+@click.option("--tokens-per-image", type=int, help="Generic model: fixed tokens per image.")
+@click.option("--bytes-per-token", type=int, help="Generic model: cache bytes per token.")
+@click.option("--real-width", is_flag=True,
+              help="Count the real stored width (DeepStack x4 for Qwen3-VL), not Dynamo's accounting.")
+@click.option("--cache-gb", multiple=True, metavar="GIB",
+              help="Capacity in GiB; repeat, list (1,4,10) or range start:stop[:step] (inclusive).")
+@click.option("--cache-images", multiple=True, metavar="N",
+              help="Capacity in entries (an LRU counting images); same forms as --cache-gb.")
+@click.option("--key", type=click.Choice(["bytes", "pixels", "reference", "uuid"]), default="bytes",
+              show_default=True, help="Image identity: encoded bytes (vLLM), pixels (Dynamo "
+              "aggregated), reference string (Dynamo disaggregated), image_uuids (else bytes).")
+@click.option("--insert", type=click.Choice(["schedule", "completion"]), default="schedule",
+              show_default=True, help="Entries present from scheduling (in-flight duplicates hit) "
+              "or only after the request completes (in-flight duplicates miss).")
+@click.option("--in-flight", type=int, default=1, show_default=True,
+              help="Requests (file order) or sessions (--dispatch sessions) in flight; they complete "
+              "first-in first-out.")
+@click.option("--dispatch", type=click.Choice(["file", "sessions"]), default="file",
+              show_default=True, help="File order, or AIPerf's causal session replay (a session's "
+              "next row only after its previous completes).")
+@click.option("--oversize", type=click.Choice(["bypass", "flush"]), default="bypass",
+              show_default=True, help="An entry larger than the cache: skipped (Dynamo) or "
+              "evicts everything and is not stored (SGLang).")
+@click.option("--url-image-size", metavar="WxH",
+              help="Dimensions to assume for http(s) URLs and uuid-only references.")
+@click.option("--format", "fmt", type=click.Choice(["auto", "single_turn", "multi_turn"]),
+              default="auto", show_default=True)
+@click.option("--no-manifest", is_flag=True, help="Scan the JSONL even when a manifest is present.")
+@click.option("--workload", type=click.Choice(["pool", "sliding-window"]),
+              help="Analyse a workload plan instead of a dataset (no pixels made).")
+@click.option("--num-requests", multiple=True, help="pool: requests [1000].")
+@click.option("--pool-size", multiple=True, help="pool: pool size [200].")
+@click.option("--images-per-request", multiple=True, help="pool: images per request [1].")
+@click.option("--reuse", type=click.Choice(["first-pass-unique", "uniform", "zipf", "cyclic"]),
+              default="first-pass-unique", show_default=True, help="pool: reuse pattern.")
+@click.option("--zipf-exponent", multiple=True, help="pool: Zipf exponent [1.0].")
+@click.option("--target-reuse", multiple=True, help="pool: best hit rate; derives the pool size.")
+@click.option("--users", multiple=True, help="sliding-window: users [30].")
+@click.option("--turns", multiple=True, help="sliding-window: turns per user [8].")
+@click.option("--window", multiple=True, help="sliding-window: images per turn [5].")
+@click.option("--stride", multiple=True, help="sliding-window: window shift per turn [1].")
+@click.option("--shared-fraction", multiple=True, help="sliding-window: share of window slots "
+              "common to all users [0].")
+@click.option("--order", type=click.Choice(["turn-major", "user-major", "random"]),
+              default="turn-major", show_default=True, help="sliding-window: row order.")
+@click.option("--image-size", multiple=True, help="Workload image size WxH or weighted list "
+              "[pool 640x480, sliding-window 2400x1080]; repeat to sweep.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--curve", "curve_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the full curve (every capacity where the hit count changes): .csv or .json.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw hit rate against cache size (PNG; needs matplotlib).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the report.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
+            bytes_per_token: int | None, real_width: bool, cache_gb: tuple, cache_images: tuple,
+            key: str, insert: str, in_flight: int, dispatch: str, oversize: str,
+            url_image_size: str | None, fmt: str, no_manifest: bool, workload: str | None,
+            curve_path: Path | None, plot_path: Path | None, as_json: bool, quiet: bool,
+            **plan_opts) -> None:
+    """Predict image-embedding-cache hit rates for every cache size.
+
+    Give a DATASET (any AIPerf single_turn/multi_turn JSONL; an mmdatagen manifest beside it is
+    used when present, so no image is read) or --workload with plan parameters (sweeps: repeat a
+    parameter or give a range). Prediction is exact for an LRU by bytes with whole-entry eviction.
+
+    Concurrency model: at most --in-flight requests (or sessions) in flight, completing
+    first-in first-out, the next dispatched at once. With --insert completion a lookup only sees
+    entries of requests that already completed.
+    """
+    from ..analysis.predict import Semantics, analyze as run
+    from ..analysis.report import format_report, format_sweep, plot_curve, to_json, write_curve
+    from ..analysis.trace import trace_from_plan
+
+    if (dataset is None) == (workload is None):
+        raise UserError("give either a DATASET or --workload pool|sliding-window")
+    if dataset is not None:
+        given = [k for k, v in plan_opts.items() if v and k in
+                 ("num_requests", "pool_size", "images_per_request", "zipf_exponent",
+                  "target_reuse", "users", "turns", "window", "stride", "shared_fraction",
+                  "image_size")]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} applies to --workload, not to a dataset")
+    vm = _model(model, tokens_per_image, bytes_per_token)
+    sem = Semantics(oversize=oversize, insert=insert, in_flight=in_flight, dispatch=dispatch,
+                    real_width=real_width)
+    sem.check()
+    caps_bytes = [int(round(g * GIB)) for g in _numbers(cache_gb, float, "--cache-gb")]
+    caps_images = _numbers(cache_images, int, "--cache-images")
+    unknown = _size(url_image_size)
+
+    if dataset is not None:
+        trace, manifest = _dataset_trace(dataset, key, fmt, not no_manifest, quiet)
+        if manifest:
+            trace.info["manifest_path"] = manifest
+        runs = [({}, trace)]
+    else:
+        runs = [(p, trace_from_plan(plan)) for p, plan in _plans(workload, plan_opts)]
+    if len(runs) > 1 and (curve_path or plot_path):
+        raise UserError("--curve and --plot take a single workload, not a sweep")
+    want_curve = bool(curve_path or plot_path)
+    results = [(p, run(t, vm, sem, caps_bytes, caps_images, unknown, want_curve))
+               for p, t in runs]
+    if curve_path:
+        write_curve(results[0][1], curve_path)
+    if plot_path:
+        plot_curve(results[0][1], plot_path)
+    if as_json:
+        doc = results[0][1].summary if len(results) == 1 else [
+            {"workload": p, **a.summary} for p, a in results]
+        click.echo(to_json(doc).decode())
+    elif len(results) == 1:
+        click.echo(format_report(results[0][1]))
+    else:
+        click.echo(format_sweep(results))
