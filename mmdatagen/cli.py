@@ -16,6 +16,7 @@ from .errors import UserError
 COMMANDS: dict[str, str] = {
     "pool": "mmdatagen.commands.generate:pool",
     "sliding-window": "mmdatagen.commands.generate:sliding_window",
+    "analyze": "mmdatagen.commands.analyze:analyze",
     "serve": "mmdatagen.commands.serve:serve",
     "simulate": "mmdatagen.commands.serve:simulate",
     "bench": "mmdatagen.commands.bench:bench",
