@@ -237,7 +237,13 @@ def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Del
         for pos, r in enumerate(rows):
             for i in plan.image_ids[r]:
                 uses.setdefault(int(i), deque()).append(pos)
-        chunk = max(1, workers)
+        def render(line: list[int]) -> bytes:
+            if out.fmt == "single_turn":
+                return dumps_line(turn(line[0]))
+            return dumps_line(session_object(plan.session_id(line[0]), [turn(r) for r in line]))
+
+        # Inline rows hold their images: small batches keep memory flat. File rows are small.
+        chunk = max(1, workers) if delivery.mode == "data-url" else 256
         with atomic_open(target, "wb") as fh, progress(len(rows), "rows", out.quiet) as rbar:
             pos = 0
             for start in range(0, len(lines), chunk):
@@ -246,12 +252,8 @@ def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Del
                 if delivery.mode == "data-url":
                     _ensure_inline(images, pool, [int(i) for r in batch_rows for i in plan.image_ids[r]],
                                    ibar)
-                for line in batch:
-                    if out.fmt == "single_turn":
-                        obj = turn(line[0])
-                    else:
-                        obj = session_object(plan.session_id(line[0]), [turn(r) for r in line])
-                    fh.write(dumps_line(obj))
+                for line, data in zip(batch, pool.map(render, batch)):
+                    fh.write(data)
                     rbar.update(len(line))
                 pos += len(batch_rows)
                 if delivery.mode == "data-url":

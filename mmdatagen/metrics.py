@@ -170,6 +170,8 @@ def phase_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
     out["error_request_count"] = _run_block(len(records) - len(ok), "requests")
     out["total_output_tokens"] = _run_block(total_out, "tokens")
     out["total_input_tokens"] = _run_block(total_in, "tokens")
+    out["total_osl"] = _run_block(total_out, "tokens")  # AIPerf's names for the same totals
+    out["total_isl"] = _run_block(total_in, "tokens")
     out["total_images"] = _run_block(int(sum(r.num_images for r in records)), "images")
     return out
 

@@ -5,6 +5,7 @@ the final string, so it holds for the tokenizer the server uses, not an estimate
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -53,23 +54,38 @@ class TextEngine:
         if not 0 <= prefix_tokens <= tokens:
             raise UserError(f"--shared-prefix-tokens must be in 0..{tokens} (the text length)")
         self.tok, self.tokens, self.seed = tokenizer, tokens, seed
-        self.prefix = self._exact(self._prose(rng.rng_for(seed, rng.TEXT, 1 << 62), prefix_tokens,
-                                              "Shared context:"), prefix_tokens) if prefix_tokens else ""
+        self.prefix_tokens = prefix_tokens
+        self._prefix: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def prefix(self) -> str:
+        """The shared opening of every text (computed on first use: tokenizers load lazily)."""
+        with self._lock:  # rows render in several threads
+            if self._prefix is None:
+                self._prefix = self._fit(rng.rng_for(self.seed, rng.TEXT, 1 << 62), "",
+                                         "Shared context:", self.prefix_tokens) if self.prefix_tokens else ""
+        return self._prefix
+
+    def _fit(self, g: np.random.Generator, head: str, opening: str, tokens: int) -> str:
+        """``head`` plus prose cut to exactly ``tokens`` tokens in all."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            ids = self.tok.encode(head + self._prose(g, tokens * attempt, opening))
+            if len(ids) >= tokens:
+                return self._exact(ids, tokens)
+        raise UserError(f"could not build {tokens} tokens of text with {self.tok.name}")
 
     def _prose(self, g: np.random.Generator, tokens: int, opening: str) -> str:
         """At least ``tokens`` tokens of prose (by a conservative estimate)."""
         bank = sentence_bank()
         parts = [opening]
-        # ~1.3 tokens per word, ~12 words per sentence: aim high, the exact cut comes later
-        n = max(2, tokens // 10 + 4)
+        # ~15 tokens per bank sentence: aim ~15 % high; callers retry with more when short
+        n = max(2, tokens // 13 + 4)
         parts.extend(bank[i] for i in g.integers(0, len(bank), n))
         return " ".join(parts)
 
-    def _exact(self, text: str, tokens: int) -> str:
-        """``text`` cut to exactly ``tokens`` tokens (verified by re-tokenising)."""
-        ids = self.tok.encode(text)
-        if len(ids) < tokens:
-            raise AssertionError("prose shorter than asked")  # _prose over-provisions
+    def _exact(self, ids: list, tokens: int) -> str:
+        """Token ids cut to a text of exactly ``tokens`` tokens (verified by re-tokenising)."""
         for delta in (0, -1, 1, -2, 2, -3, 3):
             cut = tokens + delta
             if 0 <= cut <= len(ids):
@@ -85,10 +101,5 @@ class TextEngine:
         g = rng.rng_for(self.seed, rng.TEXT, key)
         a, b = (SUBJECTS[int(i)] for i in g.choice(len(SUBJECTS), 2, replace=False))
         opening = INSTRUCTIONS[int(g.integers(0, len(INSTRUCTIONS)))].format(a=a, b=b)
-        sep = "\n\n" if self.prefix else ""
-        for attempt in range(MAX_ATTEMPTS):
-            body = self._prose(g, self.tokens * (attempt + 1), opening)
-            full = self.prefix + sep + body
-            if len(self.tok.encode(full)) >= self.tokens:
-                return self._exact(full, self.tokens)
-        raise UserError(f"could not build {self.tokens} tokens of text with {self.tok.name}")
+        head = self.prefix + "\n\n" if self.prefix else ""
+        return self._fit(g, head, opening, self.tokens)

