@@ -69,10 +69,11 @@ def test_curve_csv_and_json_match_the_report(run_cli, tmp_path):
     at = [r for r in rows if int(r["capacity_bytes"]) <= 0.1 * GIB][-1]
     assert int(at["hits"]) == s["capacities"][0]["hits"]
     assert float(rows[-1]["hit_rate"]) == pytest.approx(s["best"]["hit_rate"])
-    run_cli("analyze", "--workload", "pool", "--curve", json_path)
+    run_cli("analyze", "--workload", "pool", "--reuse", "zipf", "--curve", json_path)
     doc = json.loads(json_path.read_text())
-    assert doc["curve"]["capacity_bytes"] == caps[:0] + doc["curve"]["capacity_bytes"]
-    assert doc["sampled"] is False and doc["summary"]["distinct_images"] == 200
+    assert doc["curve"]["capacity_bytes"] == caps
+    assert doc["curve"]["hits"] == [int(r["hits"]) for r in rows]
+    assert doc["sampled"] is False and doc["summary"]["distinct_images"] == s["distinct_images"]
 
 
 def test_plot_is_written_and_missing_matplotlib_is_one_line(run_cli, tmp_path, monkeypatch):
