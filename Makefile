@@ -21,7 +21,7 @@ install-test: $(BIN)/python
 demo: install
 	$(BIN)/mmdatagen pool --output $(DEMO)/seed_a.jsonl --force
 	$(BIN)/mmdatagen analyze $(DEMO)/seed_a.jsonl --model qwen3-vl-30b-a3b --cache-gb 1 --cache-gb 10
-	$(BIN)/mmdatagen ab --input-file $(DEMO)/seed_a.jsonl --output-dir $(DEMO)/ab --time-scale 0.25
+	$(BIN)/mmdatagen ab --input-file $(DEMO)/seed_a.jsonl --output-dir $(DEMO)/ab
 
 test: install-test
 	$(BIN)/python -m pytest -n 2
