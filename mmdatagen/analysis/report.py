@@ -51,6 +51,8 @@ def format_report(a: Analysis) -> str:
         f"{_pct(s['best']['byte_hit_rate'])} of bytes, {s['best']['tokens_saved']:,} encoder "
         "tokens saved",
     ]
+    if not s["references"]:
+        lines.append("no image references: an embedding cache has nothing to do here")
     if s["capacities"]:
         lines += ["", f"{'capacity':>16} {'hit rate':>9} {'byte hits':>9} {'all-hit req':>11} "
                       f"{'tokens saved':>14}"]

@@ -80,7 +80,10 @@ def _dataset_trace(path: Path, key: str, fmt: str, use_manifest: bool, quiet: bo
     if use_manifest:
         from ..io.manifest import manifest_path, read_manifest
 
-        manifest = read_manifest(path)
+        try:
+            manifest = read_manifest(path)
+        except UserError as exc:
+            raise UserError(f"{exc}; pass --no-manifest to scan the JSONL instead") from None
         if manifest is not None:
             return trace_from_manifest(manifest, str(path)), str(manifest_path(path))
     bar = _progress(dataset_size(path), quiet)
@@ -134,7 +137,7 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
 @click.option("--real-width", is_flag=True,
               help="Count the real stored width (DeepStack x4 for Qwen3-VL), not Dynamo's accounting.")
 @click.option("--cache-gb", multiple=True, metavar="GIB",
-              help="Capacity in GiB; repeat, list (1,4,10) or range start:stop[:step] (inclusive).")
+              help="Capacity in GiB (2^30 B, as Dynamo's --multimodal-embedding-cache-capacity-gb); repeat, list (1,4,10) or range start:stop[:step] (inclusive).")
 @click.option("--cache-images", multiple=True, metavar="N",
               help="Capacity in entries (an LRU counting images); same forms as --cache-gb.")
 @click.option("--key", type=click.Choice(["bytes", "pixels", "reference", "uuid"]), default="bytes",
