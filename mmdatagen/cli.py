@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "bench": "mmdatagen.commands.bench:bench",
     "ab": "mmdatagen.commands.bench:ab",
     "compare": "mmdatagen.commands.bench:compare",
+    "merge": "mmdatagen.commands.merge:merge",
 }
 
 
