@@ -8,8 +8,10 @@
    (``--aiperf``, ``$AIPERF``, ``aiperf`` on PATH or /tmp/aiperf-venv/bin/aiperf; it runs with
    ``--tokenizer builtin`` offline), interleaved, and prints ratios measured in this run.
 2. Client-added TTFT (client TTFT - the server's ``x-mmdatagen-server-ttft-ns``) p50 at
-   concurrency 64, streaming, against the simulator's zero-delay profile, with short bodies and
-   with 2.6 MB image bodies.
+   concurrency 64, streaming, against the minimal server answering 20 ms after the last request
+   byte (its header = last byte in -> first byte out), with short bodies and with 2.6 MB image
+   bodies (also at concurrency 1: at 64 such bodies saturate one core, so the figure there is
+   mostly queueing behind other uploads); then the simulator's figure for reference.
 
 Numbers are noisy on a shared 2-core machine: compare ratios within one run, repeat.
 """
@@ -48,41 +50,63 @@ def _sse_body() -> bytes:
 
 
 class _ServerProto(asyncio.Protocol):
+    """Keep-alive HTTP/1.1; answers at once, or (streaming) after ``delay_s`` to the first token.
+
+    ``x-mmdatagen-server-ttft-ns`` = last request byte received -> first response byte written.
+    """
+
     sse = _sse_body()
+    delay_s = 0.0
 
     def connection_made(self, transport) -> None:
         self.t = transport
-        self.buf = b""
+        self.buf = bytearray()
+        self.need = -1  # total bytes of the current request once its head is parsed
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
         while True:
-            i = self.buf.find(b"\r\n\r\n")
-            if i < 0:
-                return
-            head = self.buf[:i].lower()
-            j = head.find(b"content-length:")
-            n = int(head[j + 15:head.find(b"\r\n", j) if head.find(b"\r\n", j) > 0 else None]) if j >= 0 else 0
-            if len(self.buf) < i + 4 + n:
+            if self.need < 0:
+                i = self.buf.find(b"\r\n\r\n")
+                if i < 0:
+                    return
+                head = bytes(self.buf[:i]).lower()
+                j = head.find(b"content-length:")
+                n = 0
+                if j >= 0:
+                    k = head.find(b"\r\n", j)
+                    n = int(head[j + 15:k if k > 0 else None])
+                self.need = i + 4 + n
+                self.body_at = i + 4
+            if len(self.buf) < self.need:
                 return
             t0 = time.perf_counter_ns()
-            body = self.buf[i + 4:i + 4 + n]
-            self.buf = self.buf[i + 4 + n:]
-            stream = b'"stream":true' in body
-            payload = self.sse if stream else _BODY
-            ctype = b"text/event-stream" if stream else b"application/json"
-            ttft = time.perf_counter_ns() - t0
-            self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype +
-                         b"\r\nx-mmdatagen-server-ttft-ns: %d\r\nContent-Length: %d\r\n\r\n"
-                         % (ttft, len(payload)) + payload)
+            stream = self.buf.find(b'"stream":true', self.body_at, self.need) >= 0
+            del self.buf[:self.need]
+            self.need = -1
+            if stream and self.delay_s > 0:
+                asyncio.get_running_loop().call_later(self.delay_s, self._answer, True, t0)
+            else:
+                self._answer(stream, t0)
+
+    def _answer(self, stream: bool, t0: int) -> None:
+        if self.t.is_closing():
+            return
+        payload = self.sse if stream else _BODY
+        ctype = b"text/event-stream" if stream else b"application/json"
+        ttft = time.perf_counter_ns() - t0
+        self.t.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype +
+                     b"\r\nx-mmdatagen-server-ttft-ns: %d\r\nContent-Length: %d\r\n\r\n"
+                     % (ttft, len(payload)) + payload)
 
 
-def serve(port: int) -> None:
+def serve(port: int, delay_ms: float = 0.0) -> None:
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
+    _ServerProto.delay_s = delay_ms / 1000.0
     loop = asyncio.new_event_loop()
     srv = loop.run_until_complete(loop.create_server(_ServerProto, "127.0.0.1", port, backlog=1024))
     print("ready", flush=True)
@@ -99,9 +123,13 @@ def _free_port() -> int:
 
 
 class MiniServer:
+    def __init__(self, delay_ms: float = 0.0) -> None:
+        self.delay_ms = delay_ms
+
     def __enter__(self) -> MiniServer:
         self.port = _free_port()
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port),
+                                      str(self.delay_ms)],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready"
         self.url = f"http://127.0.0.1:{self.port}"
@@ -146,6 +174,7 @@ def _image_dataset(path: Path, n: int = 16, target_mb: float = 2.6) -> Path:
 def run_ours(path: Path, url: str, out: Path, *, requests: int, concurrency: int,
              client: str = "raw", streaming: bool = False, model: str = "m",
              warmup: int = 100) -> dict:
+    """One mmdatagen run in this process (the server is another process)."""
     from mmdatagen.loadgen.run import BenchConfig, run_bench
 
     cfg = BenchConfig(input_file=path, model=model, url=url, concurrency=concurrency,
@@ -234,33 +263,54 @@ def section_rate(args, tmp: Path) -> None:
         print(f"  raw / AIPerf 0.13.0 = {med['raw'] / med['aiperf']:.2f}x (goal >= 2x)")
 
 
-def section_ttft(args, tmp: Path) -> None:
-    from mmdatagen.sim.embedded import EmbeddedServer
+def _ttft_line(label: str, client: str, ex: dict) -> None:
+    b = ex.get("client_added_ttft") or {}
+    errors = ex["error_request_count"]["avg"]
+    if not b.get("count"):
+        print(f"  {label}, {client}: no server TTFT header ({errors} errors)")
+        return
+    print(f"  {label:22s} {client:8s} client-added TTFT p50 {b['p50']:.3f} ms, p90 {b['p90']:.3f}"
+          f" ms (n={b['count']}, errors={errors}); TTFT p50 {ex['time_to_first_token']['p50']:.2f} ms")
 
-    print("== client-added TTFT (client TTFT - x-mmdatagen-server-ttft-ns), streaming, "
-          "concurrency 64, simulator zero-delay profile")
+
+def section_ttft(args, tmp: Path) -> None:
+    print(f"== client-added TTFT (client TTFT - x-mmdatagen-server-ttft-ns), streaming, "
+          f"concurrency 64; minimal server, first token {args.first_token_ms:g} ms after the "
+          f"request arrives (server TTFT = last request byte in -> first byte out)")
     short = _text_dataset(tmp / "short.jsonl", 200)
     big = _image_dataset(tmp / "big.jsonl")
-    with EmbeddedServer(profile="zero-delay", cache_gb=10.0) as srv:
-        for label, path, n in (("short bodies", short, args.ttft_requests),
-                               ("2.6 MB image bodies", big, max(64, args.ttft_requests // 20))):
+    print(f"  image body size: {big.stat().st_size / 16 / 1e6:.2f} MB per request")
+    with MiniServer(delay_ms=args.first_token_ms) as srv:
+        for label, path, n, conc in (
+                ("short bodies", short, args.ttft_requests, 64),
+                ("2.6 MB image bodies", big, max(128, args.ttft_requests // 10), 64),
+                ("2.6 MB image bodies", big, 100, 1)):
             for client in ("raw", "aiohttp"):
-                ex = run_ours(path, srv.url, tmp / f"ttft-{client}-{n}", requests=n,
-                              concurrency=64, client=client, streaming=True,
-                              model="Qwen/Qwen3-VL-30B-A3B-Instruct-FP8", warmup=16)
-                b = ex.get("client_added_ttft") or {}
-                errors = ex["error_request_count"]["avg"]
-                if not b.get("count"):
-                    print(f"  {label}, {client}: no server TTFT header ({errors} errors)")
-                    continue
-                print(f"  {label:20s} {client:8s} client-added TTFT p50 {b['p50']:.3f} ms, "
-                      f"p90 {b['p90']:.3f} ms (n={b['count']}, errors={errors}); "
-                      f"TTFT p50 {ex['time_to_first_token']['p50']:.3f} ms")
+                ex = run_ours(path, srv.url, tmp / f"ttft-{client}-{n}-{conc}", requests=n,
+                              concurrency=conc, client=client, streaming=True,
+                              warmup=min(64, n))
+                _ttft_line(f"{label} c={conc}", client, ex)
+                if path is big:
+                    print(f"{'':34s}({ex['request_throughput']['avg']:,.0f} req/s = "
+                          f"{ex['request_throughput']['avg'] * 2.6:,.0f} MB/s of request bodies)")
+    if args.skip_sim:
+        return
+    from mmdatagen.sim.embedded import EmbeddedServer
+
+    print("== for reference: the simulator (qwen3-vl-30b-gb200 profile, 50 output tokens); its "
+          "server TTFT stops when the engine emits the token, so the simulator's own event-loop "
+          "queueing before it writes is counted here as 'client-added'")
+    with EmbeddedServer(profile="qwen3-vl-30b-gb200", cache_gb=10.0) as srv:
+        for client in ("raw", "aiohttp"):
+            ex = run_ours(short, srv.url, tmp / f"sim-{client}", requests=1000, concurrency=64,
+                          client=client, streaming=True,
+                          model="Qwen/Qwen3-VL-30B-A3B-Instruct-FP8", warmup=64)
+            _ttft_line("short bodies (sim)", client, ex)
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
-        return serve(int(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        return serve(int(sys.argv[2]), float(sys.argv[3]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--aiperf-requests", type=int, default=10000)
@@ -270,6 +320,9 @@ def main() -> None:
     ap.add_argument("--aiperf", default=None, help="Path to the aiperf executable.")
     ap.add_argument("--skip-rate", action="store_true")
     ap.add_argument("--skip-ttft", action="store_true")
+    ap.add_argument("--skip-sim", action="store_true", help="Skip the simulator reference line.")
+    ap.add_argument("--first-token-ms", type=float, default=20.0,
+                    help="Minimal server's delay to the first token in the TTFT section.")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-loadgen-") as d:
         tmp = Path(d)

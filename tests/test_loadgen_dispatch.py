@@ -138,3 +138,21 @@ def test_predicted_hits_from_dispatch_order(stub, tmp_path):
     assert tiny.export["image_cache"]["predicted"]["hits"] == 0
     unknown = run_bench(bench_config(path, stub.url, tmp_path / "out3", predict=True))
     assert "not in the registry" in unknown.export["image_cache"]["predicted"]["note"]
+
+
+def test_rows_are_read_lazily(stub, tmp_path):
+    path = write_jsonl(tmp_path / "big.jsonl", [{"text": f"r{i}"} for i in range(20000)])
+    res = run_bench(bench_config(path, stub.url, tmp_path / "out", concurrency=4,
+                                 request_count=10, warmup_request_count=2))
+    assert len(res.records) == 12
+    assert res.export["run_info"]["dataset_rows_read"] <= 12 + 4  # never the whole file
+
+
+def test_benchmark_duration_stops_issuing(stub, tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"text": "r"}] * 3)
+    res = run_bench(bench_config(path, stub.url, tmp_path / "out", concurrency=2,
+                                 benchmark_duration=0.3, model="slow"))
+    n = len(res.records)
+    assert 2 <= n <= 2 * (0.3 / 0.2 + 2)  # 0.2 s per request, 2 in flight
+    assert res.export["run_info"]["dataset_passes"] >= 1 and not res.export["was_cancelled"]
+    assert all(r.error is None for r in res.records)

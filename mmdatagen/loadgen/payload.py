@@ -88,16 +88,20 @@ class ImageEncoder:
     def needs_encoding(self, turn: Turn) -> bool:
         """True when the turn references a local file not yet encoded (encode off the loop)."""
         for ref in turn.images:
-            if ref and "://" not in ref and not ref.startswith("data:"):
+            if ref and not ref.startswith("data:") and "://" not in ref:
                 if str(resolve_path(ref, self.dataset_dir)) not in self._cache:
                     return True
         return False
 
     def url(self, ref: str) -> str:
         """The string to put in ``image_url.url`` for a dataset reference."""
-        kind = parse_ref(ref).kind
-        if kind != "path":
-            return ref  # data URLs and http(s) URLs go out untouched
+        if ref.startswith("data:"):  # sent untouched; check the header without copying MBs
+            comma = ref.find(",", 0, 512)
+            if comma < 0 or ";base64" not in ref[:comma]:
+                raise DatasetError(f"malformed data URL (need data:<mime>;base64,...): {ref[:60]}")
+            return ref
+        if parse_ref(ref).kind != "path":
+            return ref  # http(s) URLs go out untouched; the server fetches
         path = str(resolve_path(ref, self.dataset_dir))
         hit = self._cache.get(path)
         if hit is not None:

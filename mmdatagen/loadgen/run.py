@@ -306,6 +306,7 @@ async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
         "url": url, "endpoint": ctx.path, "dataset_format": fmt, "workers": n_workers,
         "http_client": type(client).__name__, "requests_started": ctx.started,
         "files_encoded": encoder.encoded, "dataset_passes": source.passes,
+        "dataset_rows_read": source.rows_read,
         "output_tokens_source": "server usage when present, else content chunks "
                                 "(streaming) / words (non-streaming)",
         "input_tokens_source": "server usage.prompt_tokens (includes image tokens) when present",
