@@ -154,3 +154,35 @@ def test_reordered_trace_follows_rows():
     r = t.reordered(np.array([2, 0, 1]))
     assert r.ids.tolist() == [0, 0, 1, 2] and r.ref_row.tolist() == [0, 1, 1, 2]
     assert r.sessions.tolist() == [5, 5, 6]
+
+
+def test_non_canonical_base64_of_the_same_bytes_is_the_same_key(tmp_path):
+    data = _png("red")
+    data += b"\0" * ((1 - len(data)) % 3)  # trailing bytes after IEND: length = 1 mod 3, "=="
+    text = base64.b64encode(data).decode()
+    assert text.endswith("==")
+    stray = text[:-3] + chr(ord(text[-3]) + 1) + "=="  # non-zero trailing bits, same bytes
+    wrapped = "\n".join(text[i:i + 76] for i in range(0, len(text), 76))
+    assert base64.b64decode(stray) == data
+    rows = [{"image": "data:image/png;base64," + t} for t in (text, stray, text)]
+    path = _write(tmp_path / "d.jsonl", rows)
+    assert _objects(trace_from_dataset(path, "bytes")) == [0, 0, 0]
+    assert _objects(trace_from_dataset(path, "reference")) == [0, 1, 0]
+    bad = _write(tmp_path / "w.jsonl", [{"image": "data:image/png;base64," + wrapped}])
+    with pytest.raises(DatasetError, match="base64"):
+        trace_from_dataset(bad)  # AIPerf sends it untouched; servers reject line breaks too
+
+
+def test_dimensions_behind_a_long_jpeg_header(tmp_path):
+    buf = io.BytesIO()
+    Image.new("RGB", (123, 45), "blue").save(buf, "JPEG", comment=b"x" * 60_000)
+    assert len(buf.getvalue()) > 60_000
+    path = _write(tmp_path / "j.jsonl", [{"image": _url(buf.getvalue(), "jpeg")}])
+    t = trace_from_dataset(path)
+    assert (t.widths[0], t.heights[0]) == (123, 45)
+
+
+def test_data_url_must_be_base64(tmp_path):
+    path = _write(tmp_path / "p.jsonl", [{"image": "data:image/png,rawpixels"}])
+    with pytest.raises(DatasetError, match="base64"):
+        trace_from_dataset(path)

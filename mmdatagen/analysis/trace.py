@@ -5,6 +5,7 @@ AIPerf JSONL and identifying each image as an engine would (``KEY_MODES`` of ``i
 """
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -177,11 +178,62 @@ class _Identifier:
         return self._object(key, dims)
 
     def _lookup(self, ref: str) -> tuple[object, tuple[int, int]]:
-        memo = blake3.blake3(ref.encode()).digest() if len(ref) > 64 else ref
+        if ref.startswith("data:") and self.mode != "pixels":
+            return self._data_url(ref)
+        memo = ref if len(ref) <= 256 else blake3.blake3(ref.encode()).digest()  # flat memory
         hit = self.by_ref.get(memo)
         if hit is None:
             hit = self.by_ref[memo] = self._key_and_dims(ref)
         return hit
+
+    def _data_url(self, ref: str) -> tuple[object, tuple[int, int]]:
+        """Fast path for base64 data URLs: key on the canonical base64 text, decode only the
+        header for the dimensions (equal bytes <=> equal canonical base64)."""
+        head, _, payload = ref.partition(",")
+        raw = payload.encode()
+        digest = blake3.blake3(raw).digest()
+        memo = (head, digest)
+        hit = self.by_ref.get(memo)
+        if hit is not None:
+            return hit
+        imageref.parse_ref(head + ",")  # data URLs must be base64: one-line error otherwise
+        canonical = digest
+        if _canonical_b64(raw):
+            dims = _header_dims(raw)
+        else:  # non-canonical (stray bits) or malformed: decode, validate, re-encode canonically
+            data = imageref.decode_data_url(ref)
+            dims = imageref.image_dims(data)
+            canonical = blake3.blake3(base64.b64encode(data)).digest()
+        # reference mode keys the URL string itself (head and payload as written)
+        key = ("ref", head, digest) if self.mode == "reference" else ("data", canonical)
+        hit = self.by_ref[memo] = (key, dims)
+        return hit
+
+
+_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_HEADER_CHARS = 1 << 16  # base64 characters decoded to read dimensions (48 KiB of image)
+
+
+def _canonical_b64(raw: bytes) -> bool:
+    """Is ``raw`` the one base64 text of its bytes (alphabet, padding, zero trailing bits)?"""
+    rest = raw.translate(None, _B64)
+    if len(raw) % 4 or rest not in (b"", b"=", b"==") or not raw.endswith(rest):
+        return False
+    if rest:
+        last = _B64.find(raw[-len(rest) - 1:-len(rest)])
+        if last < 0 or last & (0b1111 if len(rest) == 2 else 0b11):
+            return False
+    return len(raw) > 0
+
+
+def _header_dims(raw: bytes) -> tuple[int, int]:
+    """Image dimensions from the first bytes; the whole payload when the header is longer."""
+    if len(raw) > _HEADER_CHARS:
+        try:
+            return imageref.image_dims(base64.b64decode(raw[:_HEADER_CHARS]))
+        except DatasetError:
+            pass
+    return imageref.image_dims(base64.b64decode(raw))
 
 
 def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",
