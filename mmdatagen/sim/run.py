@@ -57,9 +57,9 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
     try:
         await stop.wait()
     finally:
-        if not quiet:
-            print("mmdatagen serve: shutting down", file=sys.stderr, flush=True)
         await runner.cleanup()
+        if not quiet:
+            print(f"mmdatagen serve: shut down; {sim.timing_report()}", file=sys.stderr, flush=True)
 
 
 def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:

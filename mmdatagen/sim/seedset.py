@@ -2,8 +2,9 @@
 
 Rows follow the seeds' pool rule (``plans.pool_plan``: first pass unique, then uniform); images
 are tiny solid-colour PNGs of the stated size (pixel-distinct per pool id, a few KB each), so a
-dataset of 1,000 rows is written in well under a second. Text is ``text_tokens`` x 4 bytes of
-words, i.e. ``text_tokens`` under the simulator's bytes/4 approximation.
+dataset of 1,000 rows is written in well under a second. Text is ``text_tokens`` x
+``bytes_per_token`` bytes of words (6 by default: ``mmdatagen pool``'s 400-token texts measure
+about 2,420 bytes), i.e. ``text_tokens`` under a profile with the same ``text_bytes_per_token``.
 """
 from __future__ import annotations
 
@@ -26,14 +27,15 @@ def png_data_url(pool_id: int, width: int, height: int) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def text_of(tokens: int, offset: int = 0) -> str:
+def text_of(tokens: int, offset: int = 0, bytes_per_token: int = 6) -> str:
+    size = tokens * bytes_per_token
     out, n, i = [], 0, offset
-    while n < tokens * 4:
+    while n < size:
         w = WORDS[i % len(WORDS)]
         out.append(w)
         n += len(w) + 1
         i += 1
-    return " ".join(out)[: tokens * 4]
+    return " ".join(out)[:size]
 
 
 def write_pool_dataset(path: Path, num_requests: int = 1000, pool_size: int = 200,
