@@ -59,6 +59,13 @@ def test_sweep_over_pool_sizes_and_ranges(run_cli):
     assert len(lines) == 3 and "pool_size=100" in lines[1] and "90.0 %" in lines[1]
 
 
+def test_seed_sweep_shows_spread(run_cli):
+    out = _json(run_cli("analyze", "--workload", "pool", "--reuse", "uniform", "--seed", "0:2",
+                        "--cache-gb", "0.1", "--json"))
+    assert [s["workload"]["seed"] for s in out] == [0, 1, 2]
+    assert len({s["capacities"][0]["hits"] for s in out}) > 1
+
+
 def test_curve_csv_and_json_match_the_report(run_cli, tmp_path):
     csv_path, json_path = tmp_path / "c.csv", tmp_path / "c.json"
     s = _json(run_cli("analyze", "--workload", "pool", "--reuse", "zipf", "--cache-gb", "0.1",
@@ -132,6 +139,8 @@ BAD = [
     (["analyze", "--workload", "pool", "--curve", "x.txt"], ".csv or .json"),
     (["analyze", "--workload", "pool", "--in-flight", "0"], "in-flight"),
     (["analyze", "--workload", "sliding-window", "--image-size", "12by12"], "image size"),
+    (["analyze", "--workload", "pool", "--users", "3"], "does not apply"),
+    (["analyze", "--workload", "pool", "--pool-size", "1:100000000"], "100,000"),
 ]
 
 

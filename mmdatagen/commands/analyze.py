@@ -11,8 +11,11 @@ from ..errors import UserError
 
 GIB = 1 << 30
 POOL_DEFAULTS = {"num_requests": 1000, "pool_size": 200, "images_per_request": 1,
-                 "image_size": "640x480"}
-SW_DEFAULTS = {"users": 30, "turns": 8, "window": 5, "stride": 1, "image_size": "2400x1080"}
+                 "image_size": "640x480", "seed": 0}
+SW_DEFAULTS = {"users": 30, "turns": 8, "window": 5, "stride": 1, "image_size": "2400x1080",
+               "seed": 0}
+POOL_ONLY = ("num_requests", "pool_size", "images_per_request", "zipf_exponent", "target_reuse")
+SW_ONLY = ("users", "turns", "window", "stride", "shared_fraction")
 
 
 def _numbers(values: tuple[str, ...], kind: type, name: str) -> list:
@@ -99,14 +102,18 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
     from ..plans import pool_plan, sliding_window_plan
 
     if workload == "pool":
-        fn, defaults = pool_plan, POOL_DEFAULTS
+        fn, defaults, other = pool_plan, POOL_DEFAULTS, SW_ONLY
         names = {"num_requests": int, "pool_size": int, "images_per_request": int,
-                 "zipf_exponent": float, "target_reuse": float}
+                 "zipf_exponent": float, "target_reuse": float, "seed": int}
         fixed = {"reuse": opts["reuse"]}
     else:
-        fn, defaults = sliding_window_plan, SW_DEFAULTS
-        names = {"users": int, "turns": int, "window": int, "stride": int, "shared_fraction": float}
+        fn, defaults, other = sliding_window_plan, SW_DEFAULTS, POOL_ONLY
+        names = {"users": int, "turns": int, "window": int, "stride": int, "shared_fraction": float,
+                 "seed": int}
         fixed = {"order": opts["order"]}
+    wrong = [k for k in other if opts[k]]
+    if wrong:
+        raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --workload {workload}")
     axes: dict[str, list] = {}
     for name, kind in names.items():
         vals = _numbers(opts[name], kind, "--" + name.replace("_", "-")) if opts[name] else []
@@ -123,7 +130,7 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
         raise UserError(f"the sweep has {len(combos):,} workloads; at most 10,000")
     for combo in combos:
         args = dict(zip(axes, combo))
-        plan = fn(**args, **fixed, seed=opts["seed"])
+        plan = fn(**args, **fixed)
         out.append(({k: args[k] for k in swept}, plan))
     return out
 
@@ -162,24 +169,24 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
 @click.option("--no-manifest", is_flag=True, help="Scan the JSONL even when a manifest is present.")
 @click.option("--workload", type=click.Choice(["pool", "sliding-window"]),
               help="Analyse a workload plan instead of a dataset (no pixels made).")
-@click.option("--num-requests", multiple=True, help="pool: requests [1000].")
-@click.option("--pool-size", multiple=True, help="pool: pool size [200].")
-@click.option("--images-per-request", multiple=True, help="pool: images per request [1].")
+@click.option("--num-requests", multiple=True, metavar="LIST", help="pool: requests [1000].")
+@click.option("--pool-size", multiple=True, metavar="LIST", help="pool: pool size [200].")
+@click.option("--images-per-request", multiple=True, metavar="LIST", help="pool: images per request [1].")
 @click.option("--reuse", type=click.Choice(["first-pass-unique", "uniform", "zipf", "cyclic"]),
               default="first-pass-unique", show_default=True, help="pool: reuse pattern.")
-@click.option("--zipf-exponent", multiple=True, help="pool: Zipf exponent [1.0].")
-@click.option("--target-reuse", multiple=True, help="pool: best hit rate; derives the pool size.")
-@click.option("--users", multiple=True, help="sliding-window: users [30].")
-@click.option("--turns", multiple=True, help="sliding-window: turns per user [8].")
-@click.option("--window", multiple=True, help="sliding-window: images per turn [5].")
-@click.option("--stride", multiple=True, help="sliding-window: window shift per turn [1].")
-@click.option("--shared-fraction", multiple=True, help="sliding-window: share of window slots "
+@click.option("--zipf-exponent", multiple=True, metavar="LIST", help="pool: Zipf exponent [1.0].")
+@click.option("--target-reuse", multiple=True, metavar="LIST", help="pool: best hit rate; derives the pool size.")
+@click.option("--users", multiple=True, metavar="LIST", help="sliding-window: users [30].")
+@click.option("--turns", multiple=True, metavar="LIST", help="sliding-window: turns per user [8].")
+@click.option("--window", multiple=True, metavar="LIST", help="sliding-window: images per turn [5].")
+@click.option("--stride", multiple=True, metavar="LIST", help="sliding-window: window shift per turn [1].")
+@click.option("--shared-fraction", multiple=True, metavar="LIST", help="sliding-window: share of window slots "
               "common to all users [0].")
 @click.option("--order", type=click.Choice(["turn-major", "user-major", "random"]),
               default="turn-major", show_default=True, help="sliding-window: row order.")
 @click.option("--image-size", multiple=True, help="Workload image size WxH or weighted list "
               "[pool 640x480, sliding-window 2400x1080]; repeat to sweep.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", multiple=True, metavar="LIST", help="Plan seed [0]; several to see spread.")
 @click.option("--curve", "curve_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the full curve (every capacity where the hit count changes): .csv or .json.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -209,10 +216,7 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     if (dataset is None) == (workload is None):
         raise UserError("give either a DATASET or --workload pool|sliding-window")
     if dataset is not None:
-        given = [k for k, v in plan_opts.items() if v and k in
-                 ("num_requests", "pool_size", "images_per_request", "zipf_exponent",
-                  "target_reuse", "users", "turns", "window", "stride", "shared_fraction",
-                  "image_size")]
+        given = [k for k in (*POOL_ONLY, *SW_ONLY, "image_size", "seed") if plan_opts[k]]
         if given:
             raise UserError(f"--{given[0].replace('_', '-')} applies to --workload, not to a dataset")
     vm = _model(model, tokens_per_image, bytes_per_token)
