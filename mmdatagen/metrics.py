@@ -207,11 +207,13 @@ def build_export(records: Sequence[RequestRecord], *, input_config: dict,
                  run_info: dict | None = None, was_cancelled: bool = False,
                  is_complete: bool | None = None, benchmark_id: str | None = None,
                  wall_offset_ns: int | None = None, predicted: dict | None = None,
-                 scraped: dict | None = None) -> dict[str, Any]:
+                 scraped: dict | None = None,
+                 wall_span_ns: tuple[int, int] | None = None) -> dict[str, Any]:
     """The ``profile_export_mmdatagen.json`` document (AIPerf schema 1.4 top level and blocks).
 
     ``wall_offset_ns`` maps the records' monotonic clock to Unix time for ``start_time`` /
     ``end_time`` (``time.time_ns() - time.perf_counter_ns()`` taken once); None leaves them null.
+    ``wall_span_ns`` (Unix ns start, end) overrides both, e.g. when records were rescaled.
     """
     prof = [r for r in records if r.phase == "profiling"]
     warm = [r for r in records if r.phase == "warmup"]
@@ -233,6 +235,8 @@ def build_export(records: Sequence[RequestRecord], *, input_config: dict,
         "run_info": run_info or {},
         "warmup_metrics": phase_metrics(warm) if warm else None,
     }
+    if wall_span_ns is not None:
+        doc["start_time"], doc["end_time"] = _iso(wall_span_ns[0]), _iso(wall_span_ns[1])
     doc["warmup_error_summary"] = _error_summary(warm)
     doc.update(phase_metrics(prof))
     doc["image_cache"] = image_cache_summary(prof, predicted=predicted, scraped=scraped)

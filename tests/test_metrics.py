@@ -107,3 +107,18 @@ def test_write_exports_and_table(tmp_path):
     assert orjson.loads(lines[1])["error"]["type"] == "Timeout"
     table = console_table(ex)
     assert "Time to First Token (ms)" in table and "Timeout" in table and "cancelled" in table
+
+
+def test_simulated_time_rescale_and_wall_span():
+    from mmdatagen.loadgen.run import to_simulated_time
+
+    records = [rec(1000, 10, 100, 11, server_ttft_ms=8, i=0), rec(1100, 20, 50, 2, i=1)]
+    to_simulated_time(records, 0.25)  # wall = simulated * 0.25
+    v = records[0].values()
+    assert v["time_to_first_token"] == pytest.approx(40)
+    assert v["request_latency"] == pytest.approx(400)
+    assert v["client_added_ttft"] == pytest.approx(40 - 32)
+    assert records[1].start_ns == pytest.approx(1000 * MS + 400 * MS)
+    ex = build_export(records, input_config={}, wall_span_ns=(0, 10**9))
+    assert ex["start_time"].startswith("1970-01-01T00:00:00")
+    assert ex["end_time"].startswith("1970-01-01T00:00:01")

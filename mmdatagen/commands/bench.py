@@ -149,8 +149,22 @@ def ab(a_cache_gb, b_cache_gb, a_sim_arg, b_sim_arg, labels, output_dir, chart, 
         result = run_bench(cfg)
         if result.export.get("was_cancelled"):
             raise UserError(f"run {tag.upper()} was interrupted; partial exports in {output_dir / tag}")
+        if not kw["quiet"]:
+            click.echo(_run_summary(tag, result.export), err=True)
         exports.append(result.export)
     _emit_comparison(exports[0], exports[1], tuple(labels), output_dir, chart)
+
+
+def _run_summary(tag: str, ex: dict) -> str:
+    """One line per ab run: counts, errors, measured vs predicted image hit rate."""
+    cache = ex.get("image_cache") or {}
+    parts = [f"   run {tag.upper()}: {ex['request_count']['avg']:,} ok, "
+             f"{ex['error_request_count']['avg']:,} errors"]
+    for key, label in (("measured", "measured"), ("predicted", "predicted")):
+        rate = (cache.get(key) or {}).get("hit_rate")
+        if rate is not None:
+            parts.append(f"{label} image hit rate {rate:.1%}")
+    return ", ".join(parts)
 
 
 def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool) -> None:

@@ -175,6 +175,8 @@ class BodyConfig:
 def build_body(turn: Turn, cfg: BodyConfig, encoder: ImageEncoder,
                history: list[dict] | None = None) -> dict[str, Any]:
     """The request body dict; ``history`` holds earlier messages of a multi_turn session."""
+    if turn.audios or turn.videos:
+        raise DatasetError("audio and video rows are not supported by mmdatagen bench")
     body: dict[str, Any] = {"model": cfg.model}
     if cfg.endpoint_type == "completions":
         body["prompt"] = " ".join(turn.texts)

@@ -89,6 +89,8 @@ def _validate(cfg: BenchConfig) -> None:
         raise UserError("--request-rate must be positive")
     if cfg.benchmark_duration is not None and cfg.benchmark_duration <= 0:
         raise UserError("--benchmark-duration must be positive")
+    if cfg.time_scale <= 0:
+        raise UserError("--time-scale must be positive")
     if cfg.request_timeout <= 0:
         raise UserError("--request-timeout must be positive")
     if cfg.endpoint_type not in ENDPOINT_PATHS:
@@ -201,7 +203,23 @@ def _model_for_prediction(name: str):
         return None, f"model {name!r} not in the registry: no prediction"
 
 
-async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
+def to_simulated_time(records: list, scale: float) -> None:
+    """Rescale wall-clock records to the simulator's time (simulated = wall / time_scale)."""
+    if scale == 1.0 or not records:
+        return
+    base = min(r.start_ns for r in records)
+
+    def conv(t: int | None) -> int | None:
+        return None if t is None else base + round((t - base) / scale)
+
+    for r in records:
+        r.start_ns, r.first_token_ns = conv(r.start_ns), conv(r.first_token_ns)
+        r.end_ns, r.response_end_ns = conv(r.end_ns), conv(r.response_end_ns)
+        if r.server_ttft_ns is not None:
+            r.server_ttft_ns = round(r.server_ttft_ns / scale)
+
+
+async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
     fmt = cfg.dataset_type
     if fmt == "auto":
         fmt = detect_format(Path(cfg.input_file))
@@ -280,6 +298,12 @@ async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
                and not isinstance(r, asyncio.CancelledError)]
     after = await scrape_metrics(url)
     records = ctx.records
+    span = None
+    if records:
+        span = (min(r.start_ns for r in records) + wall_offset,
+                max((r.response_end_ns or r.start_ns) for r in records) + wall_offset)
+    scale = cfg.time_scale if embedded else 1.0
+    to_simulated_time(records, scale)
     predicted = None
     if tracker is not None:
         mask = np.zeros(ctx.started, bool)
@@ -306,7 +330,9 @@ async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
         "url": url, "endpoint": ctx.path, "dataset_format": fmt, "workers": n_workers,
         "http_client": type(client).__name__, "requests_started": ctx.started,
         "files_encoded": encoder.encoded, "dataset_passes": source.passes,
-        "dataset_rows_read": source.rows_read,
+        "dataset_rows_read": source.rows_read, "embedded_simulator": embedded,
+        "time_scale": scale, "times_in": "simulated time (wall / time_scale)" if scale != 1.0
+        else "wall time",
         "output_tokens_source": "server usage when present, else content chunks "
                                 "(streaming) / words (non-streaming)",
         "input_tokens_source": "server usage.prompt_tokens (includes image tokens) when present",
@@ -315,7 +341,8 @@ async def _run_async(cfg: BenchConfig, url: str) -> BenchResult:
         run_info["worker_crashes"] = [repr(c)[:300] for c in crashes]
     export = build_export(records, input_config=cfg.public(), run_info=run_info,
                           was_cancelled=cancelled["flag"] or ctx.fatal is not None, wall_offset_ns=wall_offset,
-                          predicted=predicted, scraped=counter_delta(before, after))
+                          predicted=predicted, scraped=counter_delta(before, after),
+                          wall_span_ns=span)
     paths = write_exports(Path(cfg.output_dir), records, export)
     if ctx.fatal is not None:
         raise UserError(f"{ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")
@@ -340,4 +367,4 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
 
     with EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb, extra_args=cfg.sim_args,
                         time_scale=cfg.time_scale) as srv:
-        return _run_loop(_run_async(cfg, srv.url))
+        return _run_loop(_run_async(cfg, srv.url, embedded=True))
