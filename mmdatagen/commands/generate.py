@@ -18,11 +18,16 @@ def _load_config(ctx: click.Context, _param: click.Parameter, value: str | None)
     if not value:
         return value
     data = load_yaml(find_config(value))
-    names = {p.name for p in ctx.command.params if p.name and p.name != "config"}
+    # A key is an option's parameter name or its long flag (``format`` for ``--format``/fmt).
+    names = {}
+    for p in ctx.command.params:
+        if p.name and p.name != "config":
+            for alias in [p.name, *(o[2:] for o in p.opts if o.startswith("--"))]:
+                names[alias.replace("-", "_")] = p.name
     defaults = {}
     for key, val in data.items():
-        name = str(key).replace("-", "_")
-        if name not in names:
+        name = names.get(str(key).replace("-", "_"))
+        if name is None:
             raise UserError(f"unknown key {key!r} in config {value}")
         if isinstance(val, list) and name == "image_size":
             val = ",".join(str(v) for v in val)
