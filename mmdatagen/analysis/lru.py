@@ -133,12 +133,23 @@ def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tok
     return [caps, *cols]
 
 
-def _squeeze(cols: list[np.ndarray]) -> list[np.ndarray]:
-    """Drop breakpoints where nothing changes (and leading all-zero ones)."""
-    vals = np.stack(cols[1:])
-    prev = np.concatenate([np.zeros((vals.shape[0], 1), np.int64), vals[:, :-1]], axis=1)
-    keep = (vals != prev).any(axis=0)
-    return [c[keep] for c in cols]
+def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Concatenate curve pieces, dropping a piece's first point when it changes nothing.
+
+    Inside a piece every breakpoint adds at least one hit; only the point at a piece's lower
+    bound may repeat the values before it (or be all zero at the start).
+    """
+    prev = np.zeros(4, np.int64)
+    out = []
+    for p in parts:
+        first = np.array([c[0] for c in p[1:]], np.int64) if p[0].size else prev
+        skip = 1 if p[0].size and np.array_equal(first, prev) else 0
+        out.append([c[skip:] for c in p])
+        if p[0].size:
+            prev = np.array([c[-1] for c in p[1:]], np.int64)
+    if len(out) == 1:
+        return [np.ascontiguousarray(c) for c in out[0]]
+    return [np.concatenate([p[i] for p in out]) for i in range(5)]
 
 
 def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | None = None,
@@ -170,7 +181,8 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
     parts = []
     lo = 0
     if oversize == "bypass" and ids.size:
-        tiers = np.unique(sizes)
+        used = np.bincount(ids, minlength=m).astype(bool)  # O(N): no sort of the trace
+        tiers = np.unique(obj_sizes[used])
         for t_lo, t_hi in zip(tiers[:-1], tiers[1:]):
             keep = sizes <= t_lo  # larger objects are bypassed at capacities in [t_lo, t_hi)
             sub = np.full(ids.size, -1, np.int64)
@@ -180,8 +192,7 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
         lo = int(tiers[-1])
     req = required_capacity(ids, sizes, m)
     parts.append(_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo))
-    cols = [np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(5)]
-    return Curve(*_squeeze(cols))
+    return Curve(*_join(parts))
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,

@@ -106,8 +106,8 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics, cache_bytes: list[
             trace = trace.reordered(concurrency.dispatch_order(ev))
             ev = concurrency.events(trace.num_rows, sem.in_flight, trace.sessions, sem.dispatch)
     ids, n = trace.ids, int(trace.ids.size)
-    used = np.unique(ids)
-    rows_with_images = int(np.unique(trace.ref_row).size)
+    used = np.flatnonzero(np.bincount(ids, minlength=sizes.size))
+    rows_with_images = int(np.count_nonzero(np.diff(trace.ref_row))) + 1 if n else 0
     totals = {"references": n, "bytes": int(sizes[ids].sum()), "tokens": int(tokens[ids].sum()),
               "requests_with_images": rows_with_images}
     ones = np.ones_like(sizes)
