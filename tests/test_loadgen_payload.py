@@ -18,6 +18,7 @@ DATA = "data:image/png;base64,AAAA"
 def test_single_text_is_a_plain_string():
     body = build_body(Turn(texts=["hi"]), BodyConfig(model="m"), ImageEncoder())
     assert body == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    assert list(body) == ["messages", "model", "stream"]  # AIPerf 0.13.0's key order
 
 
 def test_texts_first_then_images_with_uuid_sibling():
@@ -52,8 +53,10 @@ def test_streaming_tokens_extra_inputs_then_row_extra_last():
     assert body["max_completion_tokens"] == 42
     assert body["max_tokens"] == 150 and body["ignore_eos"] is True and body["stop"] == "abc"
     assert body["temperature"] == 0.1 and body["seed"] == 3  # per-row extra wins, merged last
-    keys = list(body)
-    assert keys.index("max_completion_tokens") < keys.index("max_tokens") < keys.index("seed")
+    assert list(body) == ["messages", "model", "stream", "max_completion_tokens", "max_tokens",
+                          "ignore_eos", "temperature", "stop", "seed", "stream_options"]
+    cfg.extra_inputs["stream_options"] = {"include_usage": False}
+    assert build_body(turn, cfg, ImageEncoder())["stream_options"] == {"include_usage": False}
 
 
 def test_non_streaming_has_no_stream_options_and_legacy_max_tokens():

@@ -41,7 +41,7 @@ def _common_options(f):
         click.option("--request-timeout", "--request-timeout-seconds", "request_timeout",
                      type=float, default=600.0, show_default=True),
         click.option("-H", "--header", "headers", multiple=True, help="K:V request header; repeatable."),
-        click.option("--api-key", envvar=["MMDATAGEN_API_KEY", "OPENAI_API_KEY"], default=None,
+        click.option("--api-key", envvar="MMDATAGEN_API_KEY", default=None,
                      show_envvar=True, help="Sent as a Bearer token; never written to exports."),
         click.option("--endpoint-type", type=click.Choice(["chat", "completions"]), default="chat",
                      show_default=True),

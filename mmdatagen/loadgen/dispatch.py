@@ -149,7 +149,7 @@ def _session_headers(sess: Session, xid: str) -> str:
 async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
                history: list[dict] | None) -> None:
     cfg = ctx.body_cfg
-    xid = uuid.uuid4().hex
+    xid = str(uuid.uuid4())
     try:
         if ctx.encoder.needs_encoding(turn):
             body = await asyncio.to_thread(build_body, turn, cfg, ctx.encoder, history)

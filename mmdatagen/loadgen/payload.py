@@ -177,20 +177,23 @@ def build_body(turn: Turn, cfg: BodyConfig, encoder: ImageEncoder,
     """The request body dict; ``history`` holds earlier messages of a multi_turn session."""
     if turn.audios or turn.videos:
         raise DatasetError("audio and video rows are not supported by mmdatagen bench")
-    body: dict[str, Any] = {"model": cfg.model}
+    # key order as AIPerf 0.13.0 sends it: messages, model, stream, max_completion_tokens,
+    # --extra-inputs, the row's extra, and stream_options last (unless extras set it)
+    body: dict[str, Any] = {}
     if cfg.endpoint_type == "completions":
         body["prompt"] = " ".join(turn.texts)
     else:
         msg = {"role": turn.role or "user", "content": user_content(turn, encoder)}
         body["messages"] = [*history, msg] if history else [msg]
+    body["model"] = cfg.model
     body["stream"] = cfg.streaming
     if turn.output_length is not None:
         body["max_tokens" if cfg.legacy_max_tokens else "max_completion_tokens"] = turn.output_length
-    if cfg.streaming:
-        body["stream_options"] = {"include_usage": True}
     body.update(cfg.extra_inputs)
     if turn.extra:
         body.update(turn.extra)
+    if cfg.streaming and "stream_options" not in body:
+        body["stream_options"] = {"include_usage": True}
     return body
 
 
