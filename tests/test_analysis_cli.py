@@ -160,3 +160,17 @@ def test_dataset_errors_are_one_line(run_cli, tmp_path):
     ds = tmp_path / "d.jsonl"
     ds.write_text('{"image": "https://x/y.jpg"}\n')
     _error(run_cli("analyze", ds, "--pool-size", "3"), "applies to --workload")
+
+
+@pytest.mark.parametrize("key", ["bytes", "uuid", "reference"])
+def test_multi_turn_manifest_and_scan_agree(run_cli, tmp_path, key):
+    ds = tmp_path / "mt.jsonl"
+    res = run_cli("sliding-window", "--users", "4", "--turns", "3", "--window", "2",
+                  "--image-size", "64x48", "--text-tokens", "5", "--tokenizer", "words", "-q",
+                  "--format", "multi_turn", "--delivery", "data-url", "--image-uuids", "-o", ds)
+    assert res.exit_code == 0, res.output
+    args = ["analyze", ds, "--key", key, "--cache-images", "1:6", "--json"]
+    fast, slow = _json(run_cli(*args)), _json(run_cli(*args, "--no-manifest"))
+    assert fast["references"] == 4 * (2 + 4 + 6)  # every turn resends the session's history
+    for k in ("references", "distinct_images", "best", "capacities", "thresholds"):
+        assert fast[k] == slow[k], k
