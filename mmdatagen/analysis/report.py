@@ -12,6 +12,8 @@ from ..errors import UserError
 from ..io.atomic import atomic_open
 from .predict import GIB, Analysis
 
+PLOT_POINTS = 20_000
+
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f} %"
@@ -32,8 +34,13 @@ def format_report(a: Analysis) -> str:
     s = a.summary
     sem = s["semantics"]
     eb = s["entry_bytes"]
+    origin = ""
+    if s["info"].get("manifest") is True:
+        origin = " (from its manifest; no image read)"
+    elif s["info"].get("manifest") is False:
+        origin = f" (scanned, {s['info'].get('format', '')})"
     lines = [
-        f"source                 {s['source']}",
+        f"source                 {s['source']}{origin}",
         f"model                  {s['model']['name']} ({s['model']['bytes_per_token']:,} B/token"
         f"{', DeepStack real width' if s['model']['real_width'] else ''}); entries "
         + (f"{_mib(eb['min'])}" if eb["min"] == eb["max"] else
@@ -54,13 +61,17 @@ def format_report(a: Analysis) -> str:
     if not s["references"]:
         lines.append("no image references: an embedding cache has nothing to do here")
     if s["capacities"]:
-        lines += ["", f"{'capacity':>16} {'hit rate':>9} {'byte hits':>9} {'all-hit req':>11} "
-                      f"{'tokens saved':>14}"]
+        lines += ["", f"{'capacity':>16} {'~entries':>9} {'hit rate':>9} {'byte hits':>9} "
+                      f"{'all-hit req':>11} {'tokens saved':>14}"]
         for c in s["capacities"]:
-            cap = (f"{c['capacity_gib']:g} GiB" if c["capacity_bytes"] is not None
-                   else f"{c['capacity_images']:,} images")
-            lines.append(f"{cap:>16} {_pct(c['hit_rate']):>9} {_pct(c['byte_hit_rate']):>9} "
-                         f"{_pct(c['full_request_rate']):>11} {c['tokens_saved']:>14,}")
+            if c["capacity_bytes"] is not None:
+                cap = f"{c['capacity_gib']:g} GiB"
+                held = f"{int(c['capacity_bytes'] // eb['mean']):,}" if eb["mean"] else "-"
+            else:
+                cap, held = f"{c['capacity_images']:,} images", f"{c['capacity_images']:,}"
+            lines.append(f"{cap:>16} {held:>9} {_pct(c['hit_rate']):>9} "
+                         f"{_pct(c['byte_hit_rate']):>9} {_pct(c['full_request_rate']):>11} "
+                         f"{c['tokens_saved']:>14,}")
     lines.append("")
     for t in s["thresholds"]:
         imgs = "not reached" if t["capacity_images"] is None else f"{t['capacity_images']:,} images"
@@ -129,8 +140,11 @@ def plot_curve(a: Analysis, path: Path) -> None:
         raise UserError("--plot needs matplotlib: pip install 'mmdatagen[plot]'") from None
     s = a.summary
     cols = a.curve_rows()
-    x = np.r_[0.0, cols["capacity_gib"]]
-    y = np.r_[0.0, cols["hit_rate"]] * 100
+    x, y = cols["capacity_gib"], cols["hit_rate"] * 100
+    if x.size > PLOT_POINTS:  # a step plot of millions of points: keep an even subset + ends
+        pick = np.unique(np.r_[np.linspace(0, x.size - 1, PLOT_POINTS).astype(int), x.size - 1])
+        x, y = x[pick], y[pick]
+    x, y = np.r_[0.0, x], np.r_[0.0, y]
     top = max(x[-1] * 1.1, max((c["capacity_gib"] or 0 for c in s["capacities"]), default=0) * 1.05,
               1e-6)
     fig, ax = plt.subplots(figsize=(8, 4.5))
