@@ -194,3 +194,39 @@ def test_virtual_cache_counts_match_analysis_lru(tmp_path):
     got = [r.image_hits for r in sorted(res.records, key=lambda r: int(r.x_request_id[4:]))]
     assert got == [int(x) for x in expect]
     assert res.engine.cache.evictions > 0
+
+
+def test_key_modes_follow_the_engines():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from mmdatagen.sim.protocol import ImageResolver
+    from mmdatagen.vlm import get_model
+
+    def png(level: int) -> str:
+        buf = io.BytesIO()
+        Image.new("RGB", (300, 200), (9, 99, 199)).save(buf, "PNG", compress_level=level)
+        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+    a, b = png(0), png(9)
+    assert a != b
+    model = get_model("qwen3-vl-30b-a3b")
+
+    def keys(mode: str, ua=None, ub=None) -> tuple[str, str]:
+        r = ImageResolver(model, fast_profile(key_mode=mode))
+        return r.resolve(a, ua).key, r.resolve(b, ub).key
+
+    ka, kb = keys("bytes")
+    assert ka != kb                       # vLLM: re-encoded picture misses
+    ka, kb = keys("pixels")
+    assert ka == kb                       # Dynamo aggregated: same pixels hit
+    ka, kb = keys("reference")
+    assert ka != kb
+    ka, kb = keys("uuid", "same", "same")
+    assert ka == kb                       # a client uuid replaces the content hash
+    im = ImageResolver(model, fast_profile()).resolve(a, None)
+    assert (im.tokens, im.prompt_tokens) == (model.image_tokens(300, 200),
+                                             model.image_tokens(300, 200) + 2)
+    assert im.nbytes == model.entry_bytes(300, 200)

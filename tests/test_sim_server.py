@@ -99,12 +99,34 @@ def test_models_health_metrics():
                 text = await resp.text()
             for name in ("embedding_cache_queries_total", "embedding_cache_hits_total",
                          "embedding_cache_misses_total", "embedding_cache_evictions_total",
-                         "embedding_cache_bytes", "embedding_cache_entries", "requests_total"):
+                         "embedding_cache_bytes", "embedding_cache_entries", "requests_total",
+                         "engine_step_wall_seconds_total", "engine_step_configured_seconds_total"):
                 assert f"\nmmdatagen_sim_{name} " in "\n" + text
     run(go())
 
 
+def _png_header(w: int, h: int) -> str:
+    """A PNG whose header claims w x h (no pixel data): sized without decoding."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+
+    raw = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(b"\x00")) + chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(raw).decode()
+
+
+def _img(url: str) -> bytes:
+    return orjson.dumps(chat([{"type": "image_url", "image_url": {"url": url}}]))
+
+
 BAD = [
+    (_img(_png_header(30000, 30000)), 400, "DecompressionBomb"),
+    (_img(_png_header(20000, 50)), 400, "aspect ratio"),
     (b"{not json", 400, "not valid JSON"),
     (b"[1, 2]", 400, "JSON object"),
     (orjson.dumps({"messages": [{"role": "user", "content": "x"}]}), 400, "model"),

@@ -102,6 +102,12 @@ class ImageResolver:
             try:
                 data = decode_data_url(url)
                 w, h = image_dims(data)
+            except DatasetError as exc:
+                raise RequestError(400, f"invalid image: {exc}") from None
+            except Exception as exc:  # e.g. PIL's DecompressionBombError: never crash on input
+                raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
+            sized = self._sized("", w, h, False)  # size checks before any pixel decoding
+            try:
                 if mode == "pixels":
                     key = pixel_key(data)
                 elif mode == "reference":
@@ -112,7 +118,9 @@ class ImageResolver:
                     key = bytes_key(data)
             except DatasetError as exc:
                 raise RequestError(400, f"invalid image: {exc}") from None
-            return self._sized(key, w, h, False)
+            except Exception as exc:
+                raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
+            return SimImage(key, sized.tokens, sized.prompt_tokens, sized.nbytes, False)
         w, h = self.p.default_image_size
         if not url:
             if not uuid:

@@ -244,6 +244,8 @@ class SimServer:
                                code="request_too_large")
         except RequestError as exc:
             return self._error(exc.status, exc.message, exc.etype, exc.code)
+        except Exception as exc:  # a request must never take the server down
+            return self._error(400, f"cannot process request: {type(exc).__name__}")
         faults = self.faults.draw(parsed.target_tokens)
         if faults.error:
             self.c["faults_error"] += 1
