@@ -56,10 +56,14 @@ content_options = _options(
                  help="Start every text with the same N tokens (KV prefix-cache experiments)."),
     click.option("--output-length", type=int, help="Per-row output_length (max output tokens)."),
     click.option("--image-size", help="WxH (W wide, H tall) or weighted list 640x480:3,1024x768:1."),
-    click.option("--image-content", type=click.Choice(["noise", "photo", "solid", "folder"]),
-                 help="Pixels: uniform noise, photo-like scene, solid colour, or a user folder."),
+    click.option("--image-content", type=click.Choice(["noise", "photo", "solid", "folder", "hf"]),
+                 help="Pixels: uniform noise, photo-like scene, solid colour, a user folder, or a "
+                 "local Hugging Face dataset."),
     click.option("--image-source-dir", type=click.Path(file_okay=False),
                  help="Folder of images for --image-content folder (resized; each slot distinct)."),
+    click.option("--hf-dataset", type=click.Path(file_okay=False),
+                 help="save_to_disk folder for --image-content hf (resized; each slot distinct)."),
+    click.option("--hf-image-column", help="Image column of --hf-dataset (default: image)."),
     click.option("--image-format", type=click.Choice(["jpeg", "png"])),
     click.option("--jpeg-quality", type=int, default=85, show_default=True),
     click.option("--png-compress-level", type=int,
@@ -83,6 +87,9 @@ output_options = _options(
     click.option("--num-shards", type=int, default=1, show_default=True,
                  help="Split rows into contiguous shards; shards concatenate to the full file."),
     click.option("--workers", type=int, default=0, help="Threads for image work (0: all cores)."),
+    click.option("--output-format", type=click.Choice(["jsonl", "hf"]), default="jsonl",
+                 show_default=True, help="hf: also a Hugging Face dataset <name>_hf/ (Image feature)."),
+    click.option("--hf-parquet", is_flag=True, help="Also <name>.parquet (implies --output-format hf)."),
     click.option("--quiet", "-q", is_flag=True, help="No progress bar, no summary."),
     click.option("--force", "-f", is_flag=True, help="Overwrite existing outputs."),
 )
@@ -99,7 +106,8 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
     plan = plan_fn(**plan_args, image_size=opts["image_size"], seed=opts["seed"])
     style = ImageStyle(content=opts["image_content"], fmt=opts["image_format"],
                        quality=opts["jpeg_quality"], png_compress_level=opts["png_compress_level"],
-                       target_bytes=opts["target_bytes"], folder=opts["image_source_dir"])
+                       target_bytes=opts["target_bytes"], folder=opts["image_source_dir"],
+                       hf_dataset=opts["hf_dataset"], hf_image_column=opts["hf_image_column"] or "image")
     factory = ImageFactory(style, opts["seed"])
     texts = TextEngine(get_tokenizer(opts["tokenizer"]), opts["text_tokens"], opts["seed"],
                        opts["shared_prefix_tokens"])
@@ -112,9 +120,17 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
                      force=opts["force"], quiet=opts["quiet"], workers=opts["workers"],
                      output_length=opts["output_length"])
     # Everything that fixes the bytes, nothing about where this copy lives or how it was run.
-    skip = ("quiet", "force", "workers", "output", "shard_index", "num_shards")
+    skip = ("quiet", "force", "workers", "output", "shard_index", "num_shards", "output_format",
+            "hf_parquet")
     params = {**plan_args, **{k: v for k, v in opts.items() if k not in skip}, "format": fmt}
+    hf = opts["output_format"] == "hf" or opts["hf_parquet"]
+    if hf:
+        from ..io.hf import check_targets, write_hf
+
+        check_targets(out.final_path, opts["hf_parquet"], opts["force"])
     result = generate(plan, factory, texts, delivery, out, params)
+    if hf:
+        write_hf(result.path, result.image_dir, opts["hf_parquet"], opts["force"])
     if not opts["quiet"]:
         where = f", images in {result.image_dir}" if result.image_dir else ""
         click.echo(f"wrote {result.rows} rows, {result.images} images{where} "
@@ -148,7 +164,7 @@ def pool(**opts: Any) -> None:
             **{k: v for k, v in opts.items() if v is not None}}
     opts.setdefault("output_length", None)
     for key in ("image_source_dir", "png_compress_level", "target_bytes", "image_dir",
-                "path_prefix", "base_url", "output", "target_reuse"):
+                "path_prefix", "base_url", "output", "target_reuse", "hf_dataset", "hf_image_column"):
         opts.setdefault(key, None)
     plan_args = {k: opts.pop(k) for k in ("num_requests", "pool_size", "images_per_request",
                                           "reuse", "zipf_exponent", "target_reuse")}
@@ -192,7 +208,7 @@ def sliding_window(**opts: Any) -> None:
             "image_content": "photo", "image_format": "jpeg", "delivery": "data-url",
             **{k: v for k, v in opts.items() if v is not None}}
     for key in ("image_source_dir", "png_compress_level", "target_bytes", "image_dir",
-                "path_prefix", "base_url", "output", "output_length"):
+                "path_prefix", "base_url", "output", "output_length", "hf_dataset", "hf_image_column"):
         opts.setdefault(key, None)
     fmt = opts.pop("fmt")
     plan_args = {k: opts.pop(k) for k in ("users", "turns", "window", "stride", "order",

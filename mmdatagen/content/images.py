@@ -19,7 +19,7 @@ from .. import rng
 from ..errors import UserError
 from .png import encode_png_stored, png_chunk
 
-CONTENTS = ("noise", "photo", "solid", "folder")
+CONTENTS = ("noise", "photo", "solid", "folder", "hf")
 FORMATS = ("png", "jpeg")
 MIME = {"png": "image/png", "jpeg": "image/jpeg"}
 EXTENSION = {"png": "png", "jpeg": "jpg"}
@@ -37,6 +37,8 @@ class ImageStyle:
     png_compress_level: int | None = None   # None: stored for noise, 6 (AIPerf's) otherwise
     target_bytes: int | None = None
     folder: str | None = None
+    hf_dataset: str | None = None
+    hf_image_column: str = "image"
 
     def validate(self) -> None:
         if self.content not in CONTENTS:
@@ -51,6 +53,8 @@ class ImageStyle:
             raise UserError("--target-bytes must be positive")
         if self.content == "folder":
             folder_files(self.folder)
+        if self.content == "hf":
+            hf_images(self.hf_dataset, self.hf_image_column)
 
     @property
     def mime(self) -> str:
@@ -77,6 +81,36 @@ def _folder_files(folder: str) -> tuple[Path, ...]:
     if not files:
         raise UserError(f"image source folder {folder} holds no image files")
     return files
+
+
+def hf_images(path: str | None, column: str):
+    """The image column of a local Hugging Face dataset (``save_to_disk`` folder), undecoded."""
+    if not path:
+        raise UserError("--image-content hf needs --hf-dataset PATH (a save_to_disk folder)")
+    return _hf_images(str(path), column)
+
+
+@lru_cache(maxsize=2)
+def _hf_images(path: str, column: str):
+    from datasets import Image as HFImage
+    from datasets import load_from_disk
+
+    if not Path(path).is_dir():
+        raise UserError(f"Hugging Face dataset {path} does not exist")
+    try:
+        ds = load_from_disk(path)
+    except (FileNotFoundError, ValueError) as exc:
+        raise UserError(f"cannot load Hugging Face dataset {path}: {exc}".splitlines()[0]) from None
+    if not hasattr(ds, "column_names"):
+        raise UserError(f"{path} is a DatasetDict; point --hf-dataset at one split's folder")
+    if column not in ds.column_names:
+        raise UserError(f"Hugging Face dataset {path} has no column {column!r}; "
+                        f"columns: {', '.join(ds.column_names)}")
+    if not isinstance(ds.features[column], HFImage):
+        raise UserError(f"column {column!r} of {path} is not an Image feature")
+    if len(ds) == 0:
+        raise UserError(f"Hugging Face dataset {path} has no rows")
+    return ds.select_columns([column]).cast_column(column, HFImage(decode=False))
 
 
 def _stamp(img: Image.Image, image_id: int) -> None:
@@ -146,12 +180,30 @@ def folder_image(folder: str, seed: int, image_id: int, width: int, height: int)
     """A user image resized to cover W x H; slots beyond the file count use another crop/flip."""
     files = folder_files(folder)
     path = files[image_id % len(files)]
-    variant = image_id // len(files)
     try:
         with Image.open(path) as src:
             src = ImageOps.exif_transpose(src).convert("RGB")
     except OSError:
         raise UserError(f"cannot read image {path}") from None
+    return _fit_slot(src, seed, image_id, image_id // len(files), width, height)
+
+
+def hf_image(path: str, column: str, seed: int, image_id: int, width: int, height: int) -> Image.Image:
+    """A dataset image resized to cover W x H; slots beyond the row count use another crop/flip."""
+    images = hf_images(path, column)
+    entry = images[image_id % len(images)][column]
+    try:
+        data = entry["bytes"] if entry.get("bytes") else Path(entry["path"]).read_bytes()
+        with Image.open(io.BytesIO(data)) as src:
+            src = ImageOps.exif_transpose(src).convert("RGB")
+    except (OSError, TypeError):
+        raise UserError(f"cannot read image {image_id % len(images)} of {path}") from None
+    return _fit_slot(src, seed, image_id, image_id // len(images), width, height)
+
+
+def _fit_slot(src: Image.Image, seed: int, image_id: int, variant: int, width: int,
+              height: int) -> Image.Image:
+    """Cover W x H (centred for the first use of a source, a seeded crop/flip after); stamp the id."""
     g = rng.rng_for(seed, rng.IMAGE, image_id)
     centering = (0.5, 0.5) if variant == 0 else tuple(float(v) for v in g.random(2))
     img = ImageOps.fit(src, (width, height), Image.BICUBIC, centering=centering)
@@ -199,6 +251,9 @@ class ImageFactory:
             return photo_image(seed, image_id, width, height)
         if content == "solid":
             return solid_image(seed, image_id, width, height)
+        if content == "hf":
+            return hf_image(str(self.style.hf_dataset), self.style.hf_image_column, seed,
+                            image_id, width, height)
         return folder_image(str(self.style.folder), seed, image_id, width, height)
 
     def _encode(self, pixels: np.ndarray | Image.Image, quality: int) -> bytes:

@@ -1,0 +1,165 @@
+"""Hugging Face ``datasets`` output: a finished JSONL + manifest converted, never re-generated.
+
+One example per request row (multi_turn: per turn) in file order, with the image bytes in an
+``Image`` feature and every JSONL field beside them, so ``jsonl_rows`` rebuilds the JSONL
+objects exactly. The manifest travels with the dataset (``mmdatagen.manifest.json`` in the
+``save_to_disk`` folder; the Parquet file sits beside the JSONL and its manifest).
+"""
+from __future__ import annotations
+
+import base64
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import UserError
+from .manifest import read_manifest
+from .readers import iter_objects
+from .rows import session_object, turn_object
+
+MANIFEST_NAME = "mmdatagen.manifest.json"
+MIME = {"png": "image/png", "jpeg": "image/jpeg"}
+
+
+def hf_dir(jsonl: Path) -> Path:
+    """``data.jsonl`` -> ``data_hf/`` beside it (the ``save_to_disk`` folder)."""
+    name = jsonl.name[:-6] if jsonl.name.endswith(".jsonl") else jsonl.name
+    return jsonl.with_name(f"{name}_hf")
+
+
+def parquet_path(jsonl: Path) -> Path:
+    """``data.jsonl`` -> ``data.parquet`` beside it."""
+    name = jsonl.name[:-6] if jsonl.name.endswith(".jsonl") else jsonl.name
+    return jsonl.with_name(f"{name}.parquet")
+
+
+def check_targets(jsonl: Path, parquet: bool, force: bool) -> list[Path]:
+    """The paths ``write_hf`` will write; refuses existing ones without ``force``."""
+    paths = [hf_dir(jsonl)] + ([parquet_path(jsonl)] if parquet else [])
+    for path in paths:
+        if path.exists() and not force:
+            raise UserError(f"{path} exists; pass --force to overwrite")
+    return paths
+
+
+def features():
+    """The dataset schema (``turn`` is null for single_turn rows)."""
+    from datasets import Features, Image, List, Value
+
+    return Features({
+        "line": Value("int64"), "turn": Value("int32"), "session_id": Value("string"),
+        "text": Value("string"), "images": List(Image()), "image_refs": List(Value("string")),
+        "image_ids": List(Value("int64")), "image_uuids": List(Value("string")),
+        "output_length": Value("int64"),
+    })
+
+
+def _image_bytes(ref: str, image_dir: Path | None) -> bytes:
+    if ref.startswith("data:"):
+        return base64.b64decode(ref.split(",", 1)[1])
+    if image_dir is None:
+        raise UserError("the HF writer needs the image folder for file or URL delivery")
+    path = image_dir / ref.rsplit("/", 1)[-1]
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read image {path}: {exc.strerror}") from None
+
+
+def _examples(jsonl: str, image_dir: str | None) -> Iterator[dict[str, Any]]:
+    """Dataset examples from the JSONL, one per turn, with the manifest's image ids."""
+    folder = Path(image_dir) if image_dir else None
+    ids = (read_manifest(Path(jsonl)) or {})["rows"]
+    row = 0
+    for line, obj in iter_objects(Path(jsonl)):
+        turns = obj["turns"] if "turns" in obj else [obj]
+        for t, turn in enumerate(turns):
+            refs = turn.get("images", [])
+            yield {
+                "line": line, "turn": t if "turns" in obj else None,
+                "session_id": obj.get("session_id"), "text": turn.get("text", ""),
+                "images": [{"bytes": _image_bytes(r, folder), "path": None} for r in refs],
+                "image_refs": [None if r.startswith("data:") else r for r in refs],
+                "image_ids": ids[row], "image_uuids": turn.get("image_uuids"),
+                "output_length": turn.get("output_length"),
+            }
+            row += 1
+
+
+def build_dataset(jsonl: Path, image_dir: Path | None, work: Path):
+    """A ``datasets.Dataset`` of the finished JSONL (arrow cache under ``work``)."""
+    from datasets import Dataset, DatasetInfo
+
+    manifest = read_manifest(jsonl)
+    if manifest is None:
+        raise UserError(f"{jsonl} has no manifest; the HF writer converts mmdatagen outputs")
+    summary = {k: manifest[k] for k in ("mmdatagen_version", "kind", "format", "params", "seed", "shard")}
+    return Dataset.from_generator(
+        _examples, features=features(), cache_dir=str(work),
+        gen_kwargs={"jsonl": str(jsonl), "image_dir": str(image_dir) if image_dir else None},
+        info=DatasetInfo(description=orjson.dumps(summary).decode()))
+
+
+def write_hf(jsonl: Path, image_dir: Path | None, parquet: bool = False,
+             force: bool = False) -> list[Path]:
+    """Write ``<stem>_hf/`` (and ``<stem>.parquet``) for a finished dataset; returns the paths."""
+    import datasets
+
+    jsonl = Path(jsonl)
+    written = check_targets(jsonl, parquet, force)
+    target = written[0]
+    datasets.disable_progress_bars()
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
+        ds = build_dataset(jsonl, image_dir, Path(tmp) / "cache")
+        staged = Path(tmp) / "out"
+        ds.save_to_disk(str(staged))
+        (staged / MANIFEST_NAME).write_bytes(Path(str(jsonl) + ".manifest.json").read_bytes())
+        if parquet:
+            part = Path(tmp) / "data.parquet"
+            ds.to_parquet(str(part))
+            part.replace(written[1])
+        if target.exists():
+            shutil.rmtree(target)
+        staged.replace(target)
+        del ds
+    return written
+
+
+def load(path: Path):
+    """Load a dataset written by ``write_hf`` (the folder or the Parquet file)."""
+    from datasets import Dataset, load_from_disk
+
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return Dataset.from_parquet(str(path), features=features())
+    return load_from_disk(str(path))
+
+
+def jsonl_rows(ds, image_format: str) -> list[dict[str, Any]]:
+    """The JSONL objects the dataset was made from, rebuilt exactly (same keys, same order)."""
+    from datasets import Image, List
+
+    plain = ds.cast_column("images", List(Image(decode=False)))
+    mime = MIME[image_format]
+    lines: list[dict[str, Any]] = []
+    current = -1
+    for ex in plain:
+        refs = [ref if ref is not None else
+                f"data:{mime};base64,{base64.b64encode(img['bytes']).decode('ascii')}"
+                for ref, img in zip(ex["image_refs"], ex["images"])]
+        multi = ex["turn"] is not None
+        turn = turn_object(ex["text"], refs, ex["image_uuids"], None if multi else ex["session_id"],
+                           ex["output_length"])
+        if not multi:
+            lines.append(turn)
+        elif ex["line"] != current:
+            lines.append(session_object(ex["session_id"], [turn]))
+        else:
+            lines[-1]["turns"].append(turn)
+        current = ex["line"]
+    return lines
+
