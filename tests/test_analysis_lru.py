@@ -106,3 +106,20 @@ def test_curve_breakpoints_are_exactly_where_counts_change():
     assert np.all(np.diff(curve.capacity) > 0)
     assert curve.capacity.tolist() == [5, 9]
     assert curve.hits.tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("compiled_size", [200, 40_000])
+def test_bypass_tiers_window_and_fenwick_paths_agree(monkeypatch, compiled_size):
+    from mmdatagen.analysis import lru
+
+    rng = np.random.default_rng(compiled_size)
+    keys = rng.zipf(1.1, compiled_size) % 300
+    obj = rng.choice([2, 3, 7, 40, 41], 300)
+    rows = np.sort(rng.integers(0, compiled_size // 2, compiled_size))
+    window = lru_curve(keys, obj, obj_tokens=obj, ref_row=rows)
+    monkeypatch.setattr(lru, "WINDOW_MAX_DEPTH", 0)
+    fenwick = lru_curve(keys, obj, obj_tokens=obj, ref_row=rows)
+    for name in ("capacity", "hits", "hit_bytes", "hit_tokens", "full_requests"):
+        assert np.array_equal(getattr(window, name), getattr(fenwick, name)), name
+    for cap in (2, 6, 9, 39, 45):
+        assert window.at([cap])["hits"][0] == sum(replay_lru(keys.tolist(), obj[keys].tolist(), cap))

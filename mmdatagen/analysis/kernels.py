@@ -74,6 +74,46 @@ def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):
     return req
 
 
+def window_kernel(ids, obj_sizes, max_size, hi, req, stack):
+    """Required capacities below ``hi`` only, with objects larger than ``max_size`` bypassed.
+
+    Keeps the top of the LRU stack whose cumulative size stays below ``hi`` (an object deeper
+    than that can only get deeper until it is referenced again, so it can never hit below
+    ``hi``). References that cannot hit below ``hi`` (or are bypassed, or first) get -1.
+    ``stack`` needs room for ``hi / smallest size + 2`` ids. Cheap when that is small.
+    """
+    depth = 0
+    for i in range(len(ids)):
+        x = ids[i]
+        s = obj_sizes[x]
+        if s > max_size:
+            req[i] = -1
+            continue
+        acc = 0
+        pos = -1
+        for j in range(depth):
+            if stack[j] == x:
+                pos = j
+                break
+            acc += obj_sizes[stack[j]]
+        if pos >= 0:
+            req[i] = acc + s
+        else:
+            req[i] = -1
+            pos = depth
+            depth += 1
+        for j in range(pos, 0, -1):
+            stack[j] = stack[j - 1]
+        stack[0] = x
+        acc = 0
+        for j in range(depth):
+            acc += obj_sizes[stack[j]]
+            if acc >= hi:
+                depth = j
+                break
+    return req
+
+
 def decider_kernel(req, ref_row, out):
     """Mark, per request, the reference whose required capacity decides "all images hit".
 
@@ -152,4 +192,5 @@ def _compiled():
     except ImportError:  # pragma: no cover - numba is a dependency; keep working without it
         return None
     jit = numba.njit(cache=True, nogil=True)
-    return {f.__name__: jit(f) for f in (stack_kernel, decider_kernel, pack_kernel, group_kernel)}
+    return {f.__name__: jit(f) for f in (stack_kernel, window_kernel, decider_kernel, pack_kernel,
+                                         group_kernel)}

@@ -20,6 +20,8 @@ OVERSIZE = ("bypass", "flush")
 _INF = 1 << 62
 # Below this many references the plain-Python kernel beats importing numba and loading its cache.
 PYTHON_MAX_REFS = 30_000
+# Bypass tiers below the largest entry use a truncated LRU stack when it stays this shallow.
+WINDOW_MAX_DEPTH = 48
 _COMPILED: dict | None = None
 
 
@@ -27,8 +29,8 @@ def kernels(compiled: bool) -> dict:
     """The kernels by name: numba-compiled (falls back to Python without numba) or plain Python."""
     global _COMPILED
     if not compiled:
-        return {f.__name__: f for f in (K.stack_kernel, K.decider_kernel, K.pack_kernel,
-                                       K.group_kernel)}
+        return {f.__name__: f for f in (K.stack_kernel, K.window_kernel, K.decider_kernel,
+                                       K.pack_kernel, K.group_kernel)}
     if _COMPILED is None:
         _COMPILED = K._compiled() or kernels(False)
     return _COMPILED
@@ -152,6 +154,20 @@ def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
     return [np.concatenate([p[i] for p in out]) for i in range(5)]
 
 
+def _tier_required(ids: np.ndarray, obj_sizes: np.ndarray, sizes: np.ndarray, t_lo: int,
+                   t_hi: int, smallest: int, m: int) -> np.ndarray:
+    """Required capacities valid below ``t_hi`` on the trace without objects larger than t_lo."""
+    depth = t_hi // smallest + 2
+    if depth <= WINDOW_MAX_DEPTH:
+        kern = kernels(ids.size > PYTHON_MAX_REFS)["window_kernel"]
+        return kern(ids, obj_sizes, t_lo, t_hi, np.empty(ids.size, np.int64),
+                    np.zeros(depth + 1, np.int64))
+    keep = sizes <= t_lo
+    sub = np.full(ids.size, -1, np.int64)
+    sub[keep] = required_capacity(ids[keep], sizes[keep], m)
+    return sub
+
+
 def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | None = None,
               ref_row: np.ndarray | None = None, oversize: str = "bypass",
               obj_bytes: np.ndarray | None = None) -> Curve:
@@ -184,9 +200,8 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
         used = np.bincount(ids, minlength=m).astype(bool)  # O(N): no sort of the trace
         tiers = np.unique(obj_sizes[used])
         for t_lo, t_hi in zip(tiers[:-1], tiers[1:]):
-            keep = sizes <= t_lo  # larger objects are bypassed at capacities in [t_lo, t_hi)
-            sub = np.full(ids.size, -1, np.int64)
-            sub[keep] = required_capacity(ids[keep], sizes[keep], m)
+            # larger objects are bypassed at capacities in [t_lo, t_hi): a pass without them
+            sub = _tier_required(ids, obj_sizes, sizes, int(t_lo), int(t_hi), int(tiers[0]), m)
             parts.append(_step_curve(sub, ids, obj_bytes, obj_tokens, ref_row, int(t_lo),
                                      int(t_hi)))
         lo = int(tiers[-1])
