@@ -123,3 +123,15 @@ def test_bypass_tiers_window_and_fenwick_paths_agree(monkeypatch, compiled_size)
         assert np.array_equal(getattr(window, name), getattr(fenwick, name)), name
     for cap in (2, 6, 9, 39, 45):
         assert window.at([cap])["hits"][0] == sum(replay_lru(keys.tolist(), obj[keys].tolist(), cap))
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces, st.sampled_from(["bypass", "flush"]), st.integers(0, 40))
+def test_insert_at_completion_with_one_in_flight_is_a_plain_lru(trace, oversize, cap):
+    from mmdatagen.analysis import concurrency
+
+    keys, obj = trace
+    ev = concurrency.events(len(keys), 1)
+    rows = [np.array([k]) for k in keys]
+    got = concurrency.completion_hits(ev, rows, np.array(obj), cap, oversize)
+    assert [bool(h[0]) for h in got] == replay_lru(keys, [obj[k] for k in keys], cap, oversize)
