@@ -8,6 +8,9 @@ The sum is a Fenwick tree over "slots": every object holds one slot, at its last
 by its size. Slots are handed out in access order; when they run out, live slots are renumbered
 in order (compaction), so the tree stays about twice the number of distinct objects (cache
 friendly) whatever the trace length.
+
+The other kernels turn those numbers into a curve (pack, group) and serve the "bypass" tiers
+(window). All are plain loops so numba can compile them and Python can run them on small traces.
 """
 from __future__ import annotations
 

@@ -4,7 +4,11 @@ Semantics: an LRU by bytes that evicts whole objects from the LRU end. An object
 capacity is either bypassed (Dynamo: not inserted, nothing evicted) or flushes the cache and then
 fails to insert (SGLang). With "flush" the one-pass answer is exact at every capacity; with
 "bypass" the capacities below the largest object are recomputed per size tier on the trace
-without the objects that do not fit (exact, but one more pass per distinct size below the max).
+without the objects that do not fit (exact; one more pass per distinct entry size, on a
+truncated LRU stack when the tier holds only a few entries).
+
+Curve building: every hitting reference's required capacity is packed with its object id and a
+"decides its request" bit into one int64, sorted once, and swept to cumulative counts.
 """
 from __future__ import annotations
 
