@@ -168,20 +168,19 @@ async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
         if ctx.on_start is not None:
             ctx.on_start(turn, history)
         ctx.in_flight += 1
+        started = time.perf_counter_ns()
         try:
             res = await ctx.client.request(ctx.path, payload, _session_headers(sess, xid),
                                            streaming=cfg.streaming,
                                            collect_text=history is not None)
         except asyncio.CancelledError:
-            now = time.perf_counter_ns()
-            res = Result(start_ns=now, end_ns=now,
+            res = Result(start_ns=started, end_ns=time.perf_counter_ns(),
                          error=error("Cancelled", "request cancelled at shutdown"))
             ctx.in_flight -= 1
             _record(ctx, sess, turn, phase, xid, res, dispatch_index)
             raise
         except Exception as exc:  # never crash the run on a client bug
-            now = time.perf_counter_ns()
-            res = Result(start_ns=now, end_ns=now,
+            res = Result(start_ns=started, end_ns=time.perf_counter_ns(),
                          error=error("ClientError", f"{exc.__class__.__name__}: {exc}"[:300]))
         ctx.in_flight -= 1
     _record(ctx, sess, turn, phase, xid, res, dispatch_index)
