@@ -173,6 +173,9 @@ def test_multi_turn_manifest_and_scan_agree(run_cli, tmp_path, key):
     assert res.exit_code == 0, res.output
     args = ["analyze", ds, "--key", key, "--cache-images", "1:6", "--json"]
     fast, slow = _json(run_cli(*args)), _json(run_cli(*args, "--no-manifest"))
+    assert slow["info"]["image_uuids"] is True
+    report = run_cli("analyze", ds, "--no-manifest", "--key", key).output
+    assert ("note: rows carry image_uuids" in report) == (key != "uuid")
     assert fast["references"] == 4 * (2 + 4 + 6)  # every turn resends the session's history
     for k in ("references", "distinct_images", "best", "capacities", "thresholds"):
         assert fast[k] == slow[k], k

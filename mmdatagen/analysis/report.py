@@ -58,6 +58,9 @@ def format_report(a: Analysis) -> str:
         f"{_pct(s['best']['byte_hit_rate'])} of bytes, {s['best']['tokens_saved']:,} encoder "
         "tokens saved",
     ]
+    if s["info"].get("image_uuids") and sem["key"] != "uuid":
+        lines.append("note: rows carry image_uuids, which replace the content hash in vLLM: "
+                     "see --key uuid")
     if not s["references"]:
         lines.append("no image references: an embedding cache has nothing to do here")
     if s["capacities"]:

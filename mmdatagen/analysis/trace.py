@@ -138,6 +138,7 @@ class _Identifier:
         self.by_key: dict = {}
         self.widths: list[int] = []
         self.heights: list[int] = []
+        self.saw_uuids = False
 
     def _object(self, key, dims: tuple[int, int]) -> int:
         oid = self.by_key.get(key)
@@ -167,6 +168,7 @@ class _Identifier:
         return (space, imageref.bytes_key(data)), dims
 
     def __call__(self, ref: str, uuid: str | None) -> int:
+        self.saw_uuids = self.saw_uuids or bool(uuid)
         if self.mode == "uuid" and uuid:
             dims = (0, 0)
             if ref:
@@ -257,7 +259,8 @@ def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",
     if not row_refs:
         raise DatasetError(f"{path}: no rows")
     has_sessions = any(not isinstance(s, tuple) for s in sessions)
-    info = {"kind": "dataset", "format": detected, "key_mode": key_mode, "manifest": False}
+    info = {"kind": "dataset", "format": detected, "key_mode": key_mode, "manifest": False,
+            "image_uuids": ident.saw_uuids}
     return _build(row_refs, ident.widths, ident.heights, sessions if has_sessions else None,
                   str(path), info)
 
