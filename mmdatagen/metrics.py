@@ -261,7 +261,7 @@ def record_line(r: RequestRecord) -> dict[str, Any]:
 
 
 def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict) -> dict[str, Path]:
-    """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` atomically into ``out_dir``."""
+    """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` (by start time) atomically."""
     from .errors import UserError
     from .io.atomic import atomic_open
 
@@ -274,7 +274,7 @@ def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict)
     with atomic_open(paths["export"], "wb") as fh:
         fh.write(orjson.dumps(export, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     with atomic_open(paths["records"], "wb") as fh:
-        for r in records:
+        for r in sorted(records, key=lambda r: r.start_ns):
             fh.write(orjson.dumps(record_line(r)))
             fh.write(b"\n")
     return paths

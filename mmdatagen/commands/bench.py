@@ -19,7 +19,7 @@ def _common_options(f):
         click.option("--custom-dataset-type", "dataset_type", default="auto", show_default=True,
                      type=click.Choice(["auto", "single_turn", "multi_turn", "random_pool"]),
                      help="Dataset format; auto tells single_turn from multi_turn."),
-        click.option("-m", "--model", default=None,
+        click.option("-m", "--model", "--model-names", "model", default=None,
                      help="Model name sent in the body (default with the simulator: its model)."),
         click.option("--concurrency", type=int, default=None,
                      help="Sessions in flight (bench default 1, ab default 64; with "
@@ -34,7 +34,8 @@ def _common_options(f):
         click.option("--streaming/--no-streaming", default=None,
                      help="Stream (SSE). Default: off for bench, on for ab."),
         click.option("--request-rate", type=float, default=None, help="Requests per second."),
-        click.option("--arrival", type=click.Choice(["poisson", "constant"]), default="poisson",
+        click.option("--arrival", "--arrival-pattern", "arrival",
+                     type=click.Choice(["poisson", "constant"]), default="poisson",
                      show_default=True, help="Arrival process with --request-rate."),
         click.option("--benchmark-duration", type=float, default=None,
                      help="Stop issuing after this many seconds of profiling (dataset repeats)."),
@@ -53,7 +54,8 @@ def _common_options(f):
                      help="Extra argument passed to the embedded 'mmdatagen serve'; repeatable."),
         click.option("--http-client", type=click.Choice(["raw", "aiohttp"]), default="raw",
                      show_default=True, help="raw asyncio HTTP/1.1 (fastest) or aiohttp."),
-        click.option("--grace-period", type=float, default=30.0, show_default=True,
+        click.option("--grace-period", "--benchmark-grace-period", "grace_period", type=float,
+                     default=30.0, show_default=True,
                      help="Seconds to let in-flight requests finish after Ctrl-C."),
         click.option("--random-seed", "seed", type=int, default=0, show_default=True),
         click.option("--no-predict", is_flag=True, help="Skip the predicted cache hits."),
@@ -100,8 +102,8 @@ def _config(kw: dict, *, url: str | None, cache_gb: float, output_dir: Path):
 @click.option("--url", default=None, help="Server base URL; omit to run the embedded simulator.")
 @click.option("--cache-gb", type=float, default=10.0, show_default=True,
               help="Embedding cache GiB of the embedded simulator, and for the predicted hits.")
-@click.option("--output-dir", type=click.Path(path_type=Path), default=Path("artifacts/bench"),
-              show_default=True)
+@click.option("--output-dir", "--output-artifact-dir", "--artifact-dir", "output_dir",
+              type=click.Path(path_type=Path), default=Path("artifacts/bench"), show_default=True)
 def bench(url, cache_gb, output_dir, **kw):
     """Benchmark an OpenAI-compatible server with an AIPerf dataset (AIPerf-compatible metrics)."""
     from ..loadgen.run import run_bench
