@@ -100,7 +100,7 @@ def test_models_health_metrics():
             for name in ("embedding_cache_queries_total", "embedding_cache_hits_total",
                          "embedding_cache_misses_total", "embedding_cache_evictions_total",
                          "embedding_cache_bytes", "embedding_cache_entries", "requests_total",
-                         "engine_step_wall_seconds_total", "engine_step_configured_seconds_total"):
+                         "engine_emission_late_seconds_total", "engine_step_configured_seconds_total"):
                 assert f"\nmmdatagen_sim_{name} " in "\n" + text
     run(go())
 
