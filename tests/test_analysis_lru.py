@@ -135,3 +135,21 @@ def test_insert_at_completion_with_one_in_flight_is_a_plain_lru(trace, oversize,
     rows = [np.array([k]) for k in keys]
     got = concurrency.completion_hits(ev, rows, np.array(obj), cap, oversize)
     assert [bool(h[0]) for h in got] == replay_lru(keys, [obj[k] for k in keys], cap, oversize)
+
+
+@settings(max_examples=120, deadline=None)
+@given(traces, st.sampled_from(["bypass", "flush"]), st.integers(0, 40), st.integers(1, 6),
+       st.lists(st.integers(1, 79), max_size=30), st.booleans())
+def test_completion_kernel_equals_ordereddict_events(trace, oversize, cap, k, cuts, compiled):
+    from mmdatagen.analysis import concurrency
+
+    keys, obj = trace
+    ids, obj = np.array(keys, np.int64), np.array(obj, np.int64)
+    rows = _rows(ids.size, cuts)
+    num_rows = int(rows[-1]) + 1
+    row_start = np.searchsorted(rows, np.arange(num_rows + 1))
+    ev = concurrency.events(num_rows, k)
+    refs = [ids[row_start[r]:row_start[r + 1]] for r in range(num_rows)]
+    expected = np.concatenate(concurrency.completion_hits(ev, refs, obj, cap, oversize))
+    got = concurrency.completion_flags(ev, row_start, ids, obj, cap, oversize, compiled)
+    assert got.tolist() == expected.tolist()

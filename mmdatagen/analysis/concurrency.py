@@ -31,14 +31,13 @@ def events(num_rows: int, in_flight: int, sessions: np.ndarray | None = None,
         raise UserError(f"--in-flight must be at least 1, got {in_flight}")
     if dispatch not in DISPATCH:
         raise UserError(f"unknown dispatch order {dispatch!r}; choose from {', '.join(DISPATCH)}")
-    out: list[int] = []
     if dispatch == "file" or sessions is None:
-        for r in range(num_rows):
-            if r >= in_flight:
-                out.append(~(r - in_flight))
-            out.append(r)
-        out.extend(~r for r in range(max(0, num_rows - in_flight), num_rows))
-        return np.array(out, np.int64)
+        n, k = num_rows, min(in_flight, num_rows)
+        mid = np.empty(2 * (n - k), np.int64)
+        mid[0::2] = ~np.arange(n - k)      # the oldest in flight completes ...
+        mid[1::2] = np.arange(k, n)        # ... and the next row is dispatched
+        return np.concatenate([np.arange(k), mid, ~np.arange(n - k, n)]).astype(np.int64)
+    out: list[int] = []
     groups = session_rows(sessions)
     waiting = deque(range(len(groups)))
     pos = [0] * len(groups)
@@ -118,3 +117,105 @@ def completion_hits(ev: np.ndarray, row_refs: list[np.ndarray], obj_sizes: np.nd
             while used > capacity:
                 used -= cache.popitem(last=False)[1]
     return hits
+
+
+def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nxt, present):
+    """Array twin of ``completion_hits`` (dense ids, doubly linked LRU list); fills ``hits``.
+
+    ``prev``/``nxt`` (-1) and ``present`` (0) have one slot per object.
+    """
+    head = -1  # most recently used
+    tail = -1
+    used = 0
+    for e in ev:
+        if e >= 0:
+            for i in range(row_start[e], row_start[e + 1]):
+                x = ids[i]
+                if present[x]:
+                    hits[i] = 1
+                    if x != head:  # unlink, then push to the front
+                        nxt[prev[x]] = nxt[x]
+                        if nxt[x] >= 0:
+                            prev[nxt[x]] = prev[x]
+                        else:
+                            tail = prev[x]
+                        prev[x] = -1
+                        nxt[x] = head
+                        prev[head] = x
+                        head = x
+                else:
+                    hits[i] = 0
+            continue
+        r = ~e
+        for i in range(row_start[r], row_start[r + 1]):
+            if hits[i]:
+                continue
+            x = ids[i]
+            if present[x]:  # stored meanwhile by another request (or earlier in this one)
+                if x != head:
+                    nxt[prev[x]] = nxt[x]
+                    if nxt[x] >= 0:
+                        prev[nxt[x]] = prev[x]
+                    else:
+                        tail = prev[x]
+                    prev[x] = -1
+                    nxt[x] = head
+                    prev[head] = x
+                    head = x
+                continue
+            s = sizes[x]
+            if s > capacity:
+                if flush:
+                    while head >= 0:
+                        y = head
+                        head = nxt[y]
+                        present[y] = 0
+                        prev[y] = -1
+                        nxt[y] = -1
+                    tail = -1
+                    used = 0
+                continue
+            present[x] = 1
+            prev[x] = -1
+            nxt[x] = head
+            if head >= 0:
+                prev[head] = x
+            else:
+                tail = x
+            head = x
+            used += s
+            while used > capacity:  # never empties: x alone fits
+                y = tail
+                tail = prev[y]
+                nxt[tail] = -1
+                present[y] = 0
+                prev[y] = -1
+                used -= sizes[y]
+    return hits
+
+
+_COMPLETION = None
+
+
+def completion_flags(ev: np.ndarray, row_start: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray,
+                     capacity: float, oversize: str = "bypass",
+                     compiled: bool | None = None) -> np.ndarray:
+    """Hit flag per reference under insert-at-completion (numba for long traces by default)."""
+    global _COMPLETION
+    m = obj_sizes.size
+    args = (ev, row_start, ids, np.asarray(obj_sizes, np.int64), int(min(capacity, 1 << 62)),
+            oversize == "flush", np.zeros(ids.size, np.int64), np.full(m, -1, np.int64),
+            np.full(m, -1, np.int64), np.zeros(m, np.int64))
+    if compiled is None:
+        compiled = ids.size > 30_000
+    if compiled:
+        if _COMPLETION is None:
+            try:
+                import numba
+
+                _COMPLETION = numba.njit(cache=True, nogil=True)(completion_kernel)
+            except ImportError:  # pragma: no cover
+                _COMPLETION = completion_kernel
+        return _COMPLETION(*args).astype(bool)
+    args = tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in args)
+    return np.array(completion_kernel(*args), bool)

@@ -62,21 +62,25 @@ class Analysis:
 class _Sim:
     """Insert-at-completion: hits at any capacity by event replay (memoised)."""
 
-    def __init__(self, ev, refs, sizes, tokens, oversize):
-        self.ev, self.refs, self.sizes, self.tokens, self.oversize = ev, refs, sizes, tokens, oversize
+    def __init__(self, ev: np.ndarray, trace: Trace, sizes: np.ndarray, tokens: np.ndarray,
+                 oversize: str):
+        self.ev, self.ids, self.sizes, self.oversize = ev, trace.ids, sizes, oversize
+        self.row_start = np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
+        self.ref_bytes, self.ref_tokens = sizes[trace.ids], tokens[trace.ids]
+        self.starts = np.flatnonzero(np.r_[True, np.diff(trace.ref_row) != 0]) if trace.ids.size \
+            else np.zeros(0, np.int64)
         self.memo: dict = {}
 
     def at(self, cap: float, unit_sizes: bool = False) -> dict:
         key = (cap, unit_sizes)
         if key not in self.memo:
             weights = np.ones_like(self.sizes) if unit_sizes else self.sizes
-            flags = concurrency.completion_hits(self.ev, self.refs, weights, cap, self.oversize)
-            hit_ids = [r[f] for r, f in zip(self.refs, flags)]
-            flat = np.concatenate(hit_ids) if hit_ids else np.zeros(0, np.int64)
+            flags = concurrency.completion_flags(self.ev, self.row_start, self.ids, weights, cap,
+                                                 self.oversize)
+            full = np.minimum.reduceat(flags, self.starts) if flags.size else flags
             self.memo[key] = {
-                "hits": int(flat.size), "hit_bytes": int(self.sizes[flat].sum()),
-                "hit_tokens": int(self.tokens[flat].sum()),
-                "full_requests": sum(1 for f in flags if f.size and f.all())}
+                "hits": int(flags.sum()), "hit_bytes": int(self.ref_bytes[flags].sum()),
+                "hit_tokens": int(self.ref_tokens[flags].sum()), "full_requests": int(full.sum())}
         return self.memo[key]
 
     def smallest(self, min_hits: float, hi: int, unit_sizes: bool) -> int | None:
@@ -128,7 +132,7 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics, cache_bytes: list[
             return (count_curve if unit else byte_curve).smallest_capacity(min_hits)
         curve, sampled = byte_curve, False
     else:
-        sim = _Sim(ev, trace.row_refs(), sizes, tokens, sem.oversize)
+        sim = _Sim(ev, trace, sizes, tokens, sem.oversize)
         big = int(sizes[used].sum()) + 1
 
         def at_bytes(cap):
