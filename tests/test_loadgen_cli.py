@@ -113,3 +113,30 @@ def test_bad_dataset_row_is_a_user_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ab_runs_twice_and_compares(tmp_path, run_cli):
+    pytest.importorskip("mmdatagen.sim.embedded")
+    import base64
+    import io
+
+    from PIL import Image
+
+    urls = []
+    for colour in ("red", "green", "blue"):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), colour).save(buf, format="PNG")
+        urls.append("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": "q", "image": urls[i % 3]} for i in range(12)])
+    out = tmp_path / "ab"
+    res = run_cli("ab", "--input-file", data, "--profile", "zero-delay", "--concurrency", "2",
+                  "--extra-inputs", "max_tokens:4", "--output-dir", out, "--quiet")
+    assert res.exit_code == 0, res.output
+    table = orjson.loads((out / "comparison.json").read_bytes())
+    assert table["labels"] == ["Cache ON", "Cache OFF"]
+    hit = table["rows"][-1]
+    assert hit["metric"].startswith("Image cache hit rate")
+    assert hit["a"] == pytest.approx(100.0) and hit["b"] == pytest.approx(0.0)  # 3 warmup misses
+    for tag in "ab":
+        doc = orjson.loads((out / tag / "profile_export_mmdatagen.json").read_bytes())
+        assert doc["request_count"]["avg"] == 9 and doc["warmup_metrics"]["request_count"]["avg"] == 3

@@ -121,13 +121,16 @@ def bench(url, cache_gb, output_dir, **kw):
 @_common_options
 @click.option("--a-cache-gb", type=float, default=10.0, show_default=True, help="Run A's cache.")
 @click.option("--b-cache-gb", type=float, default=0.0, show_default=True, help="Run B's cache.")
+@click.option("--a-profile", default=None, help="Run A's simulator profile (default: --profile).")
+@click.option("--b-profile", default=None, help="Run B's simulator profile (default: --profile).")
 @click.option("--a-sim-arg", multiple=True, help="Extra serve argument for run A only.")
 @click.option("--b-sim-arg", multiple=True, help="Extra serve argument for run B only.")
 @click.option("--labels", nargs=2, default=("Cache ON", "Cache OFF"), show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("artifacts/ab"),
               show_default=True)
 @click.option("--chart", is_flag=True, help="Also write comparison.png (needs matplotlib).")
-def ab(a_cache_gb, b_cache_gb, a_sim_arg, b_sim_arg, labels, output_dir, chart, **kw):
+def ab(a_cache_gb, b_cache_gb, a_profile, b_profile, a_sim_arg, b_sim_arg, labels, output_dir,
+       chart, **kw):
     """Run the same benchmark twice on the embedded simulator (A vs B) and compare."""
     from ..loadgen.run import run_bench
 
@@ -142,12 +145,15 @@ def ab(a_cache_gb, b_cache_gb, a_sim_arg, b_sim_arg, labels, output_dir, chart, 
         kw["extra_inputs"] = SEED_A_EXTRA
     exports = []
     base_args = list(kw["sim_args"])
-    for tag, gb, extra, label in (("a", a_cache_gb, a_sim_arg, labels[0]),
-                                  ("b", b_cache_gb, b_sim_arg, labels[1])):
+    base_profile = kw["profile"]
+    for tag, gb, prof, extra, label in (("a", a_cache_gb, a_profile, a_sim_arg, labels[0]),
+                                        ("b", b_cache_gb, b_profile, b_sim_arg, labels[1])):
+        kw["profile"] = prof or base_profile
         cfg = _config(kw, url=None, cache_gb=gb, output_dir=output_dir / tag)
         cfg.sim_args = base_args + list(extra)
         if not kw["quiet"]:
-            click.echo(f"== run {tag.upper()}: {label} (cache {gb:g} GiB)", err=True)
+            click.echo(f"== run {tag.upper()}: {label} (profile {kw['profile']}, cache {gb:g} GiB)",
+                       err=True)
         result = run_bench(cfg)
         if result.export.get("was_cancelled"):
             raise UserError(f"run {tag.upper()} was interrupted; partial exports in {output_dir / tag}")
