@@ -122,3 +122,27 @@ def test_simulated_time_rescale_and_wall_span():
     ex = build_export(records, input_config={}, wall_span_ns=(0, 10**9))
     assert ex["start_time"].startswith("1970-01-01T00:00:00")
     assert ex["end_time"].startswith("1970-01-01T00:00:01")
+
+
+def test_server_cache_counters_vllm_dynamo_and_simulator():
+    from mmdatagen.loadgen.run import counter_delta, parse_cache_counters
+
+    vllm = ('# HELP vllm:mm_cache_queries Number of queries\n'
+            'vllm:mm_cache_queries_total{engine="0",model_name="m"} 10.0\n'
+            'vllm:mm_cache_queries_created{engine="0",model_name="m"} 1.7e9\n'
+            'vllm:mm_cache_hits_total{engine="0",model_name="m"} 4.0\n')
+    vllm2 = vllm.replace("10.0", "30.0").replace("4.0", "20.0")
+    d = counter_delta(parse_cache_counters(vllm), parse_cache_counters(vllm2))
+    assert d["source"].startswith("vllm") and (d["hits"], d["queries"]) == (16, 20)
+    assert d["hit_rate"] == pytest.approx(0.8)
+    dyn = ("dynamo_component_embedding_cache_hits_total{w=\"a\"} 3\n"
+           "dynamo_component_embedding_cache_hits_total{w=\"b\"} 2\n"
+           "dynamo_component_embedding_cache_misses_total 5\n")
+    assert counter_delta(None, parse_cache_counters(dyn)) is None  # scrape failed before
+    # labelled counters absent before the first request count from zero
+    d = counter_delta(parse_cache_counters(""), parse_cache_counters(dyn))
+    assert d["source"].startswith("dynamo") and (d["hits"], d["queries"]) == (5, 10)
+    sim = ("mmdatagen_sim_embedding_cache_hits_total 7\n"
+           "mmdatagen_sim_embedding_cache_misses_total 3\n")
+    d = counter_delta({"sim_hits": 1.0, "sim_misses": 1.0}, parse_cache_counters(sim))
+    assert d["source"] == "simulator /metrics" and (d["hits"], d["queries"]) == (6, 8)

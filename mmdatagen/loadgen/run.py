@@ -140,8 +140,12 @@ def parse_cache_counters(text: str) -> dict[str, float]:
 
 
 def counter_delta(before: dict | None, after: dict | None) -> dict | None:
-    """Hits/queries over the run from two scrapes, from the first counter family present."""
-    if not before or not after:
+    """Hits/queries over the run from two scrapes, from the first counter family present.
+
+    ``before`` may be empty (labelled counters appear only after their first increment);
+    None means the scrape failed.
+    """
+    if before is None or not after:
         return None
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     for src, hk, mk, qk in (("simulator /metrics", "sim_hits", "sim_misses", None),
