@@ -46,13 +46,16 @@ class Trace:
 
     def reordered(self, rows: np.ndarray) -> Trace:
         """The trace with requests in the given order (e.g. dispatch order)."""
-        refs = self.row_refs()
-        parts = [refs[r] for r in rows.tolist()]
-        lens = np.array([p.size for p in parts], np.int64)
-        ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        rows = np.asarray(rows, np.int64)
+        lens = np.bincount(self.ref_row, minlength=self.num_rows)
+        starts = np.cumsum(lens) - lens
+        new_lens = lens[rows]
+        new_starts = np.cumsum(new_lens) - new_lens
+        offset = np.arange(int(new_lens.sum())) - np.repeat(new_starts, new_lens)
+        ids = self.ids[np.repeat(starts[rows], new_lens) + offset]
         sessions = None if self.sessions is None else self.sessions[rows]
-        return Trace(ids.astype(np.int64), np.repeat(np.arange(len(parts)), lens), len(parts),
-                     self.widths, self.heights, sessions, self.source, dict(self.info))
+        return Trace(ids, np.repeat(np.arange(rows.size), new_lens), int(rows.size), self.widths,
+                     self.heights, sessions, self.source, dict(self.info))
 
     def costs(self, model: VisionModel, real_width: bool = False,
               unknown_size: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -241,6 +241,10 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
                for p, t in runs]
     if curve_path:
         write_curve(results[0][1], curve_path)
+        if results[0][1].curve_sampled and not quiet:
+            click.echo(f"note: with --insert completion the curve is simulated at "
+                       f"{results[0][1].curve.capacity.size} capacities, not exact everywhere",
+                       err=True)
     if plot_path:
         plot_curve(results[0][1], plot_path)
     if as_json:
