@@ -129,7 +129,19 @@ def test_sessions_dispatch_on_a_generated_sliding_window(run_cli, tmp_path):
     assert blind["best"]["hits"] < causal["best"]["hits"]
 
 
+def test_generator_presets_give_the_seed_workloads(run_cli):
+    b = _json(run_cli("analyze", "--config", "qwen3.6-sliding-window", "--json"))
+    assert b["references"] == 1200 and b["best"]["hits"] == 840
+    assert "preset qwen3.6-sliding-window" in b["source"]
+    a = _json(run_cli("analyze", "--config", "qwen3-vl-30b-pool200", "--pool-size", "100",
+                      "--json"))
+    assert a["references"] == 1000 and a["distinct_images"] == 100  # flags override presets
+    assert a["entry_bytes"]["max"] == 300 * 4096  # the preset's 640x480 images
+
+
 BAD = [
+    (["analyze", "--config", "qwen3-vl-30b-pool200", "--workload", "sliding-window"], "not"),
+    (["analyze", "--config", "no-such-preset"], "cannot find config"),
     (["analyze"], "DATASET or --workload"),
     (["analyze", "missing.jsonl"], "not found"),
     (["analyze", "--workload", "pool", "--cache-gb", "a:b"], "--cache-gb"),

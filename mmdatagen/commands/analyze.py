@@ -135,6 +135,26 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
     return out
 
 
+def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: dict) -> str:
+    """Fill plan options the user did not give from a generator preset; returns the workload."""
+    from ..presets import find_config, load_yaml
+
+    data = {str(k).replace("-", "_"): v for k, v in load_yaml(find_config(preset)).items()}
+    kind = "sliding-window" if "users" in data or "window" in data else "pool"
+    if workload is not None and workload != kind:
+        raise UserError(f"preset {preset} is a {kind} workload, not {workload}")
+    plan_keys = set(POOL_ONLY if kind == "pool" else SW_ONLY) | {"image_size", "seed"}
+    for key, value in data.items():
+        if key in plan_keys and not opts[key]:
+            if isinstance(value, list):
+                value = ",".join(map(str, value))
+            opts[key] = (str(value),)
+        elif key in ("reuse", "order") and \
+                ctx.get_parameter_source(key) == click.core.ParameterSource.DEFAULT:
+            opts[key] = str(value)
+    return kind
+
+
 @click.command(context_settings={"max_content_width": 100})
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--model", default="qwen3-vl-30b-a3b", show_default=True,
@@ -169,6 +189,9 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
 @click.option("--no-manifest", is_flag=True, help="Scan the JSONL even when a manifest is present.")
 @click.option("--workload", type=click.Choice(["pool", "sliding-window"]),
               help="Analyse a workload plan instead of a dataset (no pixels made).")
+@click.option("--config", "preset", metavar="PRESET",
+              help="A generator preset (name in configs/ or YAML path): analyse its workload; "
+              "flags override it, content keys (text, pixels, delivery) are ignored.")
 @click.option("--num-requests", multiple=True, metavar="LIST", help="pool: requests [1000].")
 @click.option("--pool-size", multiple=True, metavar="LIST", help="pool: pool size [200].")
 @click.option("--images-per-request", multiple=True, metavar="LIST", help="pool: images per request [1].")
@@ -197,7 +220,7 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
             bytes_per_token: int | None, real_width: bool, cache_gb: tuple, cache_images: tuple,
             key: str, insert: str, in_flight: int, dispatch: str, oversize: str,
             url_image_size: str | None, fmt: str, no_manifest: bool, workload: str | None,
-            curve_path: Path | None, plot_path: Path | None, as_json: bool, quiet: bool,
+            preset: str | None, curve_path: Path | None, plot_path: Path | None, as_json: bool, quiet: bool,
             **plan_opts) -> None:
     """Predict image-embedding-cache hit rates for every cache size.
 
@@ -213,6 +236,8 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     from ..analysis.report import format_report, format_sweep, plot_curve, to_json, write_curve
     from ..analysis.trace import trace_from_plan
 
+    if preset:
+        workload = _apply_preset(click.get_current_context(), preset, workload, plan_opts)
     if (dataset is None) == (workload is None):
         raise UserError("give either a DATASET or --workload pool|sliding-window")
     if dataset is not None:
@@ -234,6 +259,9 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
         runs = [({}, trace)]
     else:
         runs = [(p, trace_from_plan(plan)) for p, plan in _plans(workload, plan_opts)]
+        if preset:
+            for _, t in runs:
+                t.source = f"{t.source} of preset {preset}"
     if len(runs) > 1 and (curve_path or plot_path):
         raise UserError("--curve and --plot take a single workload, not a sweep")
     want_curve = bool(curve_path or plot_path)
