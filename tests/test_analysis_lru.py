@@ -77,6 +77,14 @@ def test_oversize_bypass_beats_flush_below_largest_object():
     assert lru_hits(keys, sizes, 10, "flush").tolist() == [False, False, False]
 
 
+def test_zero_size_entries_match_replay():
+    keys, sizes = [0, 1, 0, 2, 0, 1], [0, 3, 0, 2, 0, 3]
+    for cap in range(0, 7):
+        for oversize in ("bypass", "flush"):
+            assert lru_hits(keys, sizes, cap, oversize).tolist() == replay_lru(keys, sizes, cap,
+                                                                               oversize)
+
+
 def test_first_size_of_a_key_counts():
     assert lru_hits(["a", "b", "a"], [2, 2, 50], 4).tolist() == [False, False, True]
 
@@ -86,6 +94,8 @@ def test_bad_input_is_a_user_error():
         lru_hits([1, 2], [1], 5)
     with pytest.raises(UserError):
         lru_hits([1], [1], 5, oversize="drop")
+    with pytest.raises(UserError):
+        lru_hits([1, 2], [1, -4], 5)
     with pytest.raises(UserError):
         lru_curve(np.array([0, 1]), np.array([1, 0]))
     with pytest.raises(UserError):

@@ -230,6 +230,8 @@ def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, cap
         raise UserError(f"got {sizes.size} sizes for {ids.size} keys")
     if ids.size == 0:
         return np.zeros(0, bool)
+    if sizes.min() < 0:
+        raise UserError("entry sizes must not be negative")
     obj = object_sizes(ids, sizes)
     if oversize == "bypass":
         keep = obj <= capacity_bytes
