@@ -156,3 +156,18 @@ def test_benchmark_duration_stops_issuing(stub, tmp_path):
     assert 2 <= n <= 2 * (0.3 / 0.2 + 2)  # 0.2 s per request, 2 in flight
     assert res.export["run_info"]["dataset_passes"] >= 1 and not res.export["was_cancelled"]
     assert all(r.error is None for r in res.records)
+
+
+def test_local_files_encoded_once_over_http(stub, tmp_path):
+    from PIL import Image
+
+    for name, colour in (("a.png", "red"), ("b.jpg", "blue")):
+        Image.new("RGB", (40, 30), colour).save(tmp_path / name)
+    rows = [{"text": "q", "image": str(tmp_path / ("a.png" if i % 3 else "b.jpg"))}
+            for i in range(12)]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    stub.log.clear()
+    res = run_bench(bench_config(path, stub.url, tmp_path / "out", concurrency=6))
+    assert res.export["run_info"]["files_encoded"] == 2
+    urls = {e["body"]["messages"][0]["content"][1]["image_url"]["url"][:22] for e in stub.log}
+    assert urls == {"data:image/png;base64,", "data:image/jpeg;base64"}

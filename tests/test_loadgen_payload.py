@@ -115,3 +115,13 @@ def test_other_formats_and_missing_files_are_user_errors(tmp_path):
         ImageEncoder().url(str(tmp_path / "a.gif"))
     with pytest.raises(UserError):
         ImageEncoder().url(str(tmp_path / "missing.png"))
+
+
+def test_concurrent_threads_encode_each_file_once(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    _noise(size=(400, 300)).save(tmp_path / "a.png")
+    enc = ImageEncoder(tmp_path)
+    with ThreadPoolExecutor(8) as pool:
+        urls = list(pool.map(lambda _: enc.url(str(tmp_path / "a.png")), range(16)))
+    assert len(set(urls)) == 1 and enc.encoded == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,8 @@ class ImageEncoder:
         self._cache: OrderedDict[str, str] = OrderedDict()
         self._held = 0
         self.encoded = 0  # files actually encoded (cache misses)
+        self._lock = threading.Lock()
+        self._pending: dict[str, threading.Event] = {}
 
     def needs_encoding(self, turn: Turn) -> bool:
         """True when the turn references a local file not yet encoded (encode off the loop)."""
@@ -103,19 +106,32 @@ class ImageEncoder:
         if parse_ref(ref).kind != "path":
             return ref  # http(s) URLs go out untouched; the server fetches
         path = str(resolve_path(ref, self.dataset_dir))
-        hit = self._cache.get(path)
-        if hit is not None:
-            self._cache.move_to_end(path)
-            return hit
-        url = encode_file(Path(path))
-        self.encoded += 1
-        if len(url) <= self.max_bytes:
-            self._cache[path] = url
-            self._held += len(url)
-            while self._held > self.max_bytes:
-                _, old = self._cache.popitem(last=False)
-                self._held -= len(old)
-        return url
+        while True:  # encoding runs in worker threads: one encode per file, others wait for it
+            with self._lock:
+                hit = self._cache.get(path)
+                if hit is not None:
+                    self._cache.move_to_end(path)
+                    return hit
+                pending = self._pending.get(path)
+                if pending is None:
+                    done = self._pending[path] = threading.Event()
+                    break
+            pending.wait()  # then re-check: cached now, or encode it here (failed / too big)
+        try:
+            url = encode_file(Path(path))
+            with self._lock:
+                self.encoded += 1
+                if len(url) <= self.max_bytes:
+                    self._cache[path] = url
+                    self._held += len(url)
+                    while self._held > self.max_bytes:
+                        _, old = self._cache.popitem(last=False)
+                        self._held -= len(old)
+            return url
+        finally:
+            with self._lock:
+                self._pending.pop(path, None)
+            done.set()
 
 
 def encode_file(path: Path) -> str:
