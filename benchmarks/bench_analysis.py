@@ -64,6 +64,27 @@ def bench_curve(refs: int, objects: int) -> None:
               f"  {curve.capacity.size:,} breakpoints  = {t_replay / sec:.2f}x one replay")
 
 
+def bench_crossover() -> None:
+    """Why small traces skip numba: its import + cached-kernel load vs the Python kernel."""
+    code = ("import time; t = time.perf_counter(); from mmdatagen.analysis.lru import kernels; "
+            "kernels(True); print(time.perf_counter() - t)")
+    load = min(float(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                    text=True, check=True).stdout) for _ in range(3))
+    print(f"numba import + cached kernels in a fresh process: {load:.2f} s")
+    required_capacity(np.zeros(2, np.int64), np.ones(2, np.int64), compiled=True)  # loaded here
+    for n in (10_000, 30_000, 100_000):
+        ids, obj = synthetic(n, max(n // 100, 10), seed=2)
+        sizes = obj[ids]
+        t = time.perf_counter()
+        required_capacity(ids, sizes, compiled=False)
+        py = time.perf_counter() - t
+        t = time.perf_counter()
+        required_capacity(ids, sizes, compiled=True)
+        nb = time.perf_counter() - t
+        print(f"  {n:>7,} refs: Python kernel {py:.3f} s ({n / py / 1e6:.2f} M/s), numba "
+              f"{nb:.4f} s + load")
+
+
 def _cli(*args: str) -> tuple[float, int, str]:
     """Wall time, peak RSS (KiB) and stdout of ``mmdatagen ...`` in a fresh process."""
     code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
@@ -135,11 +156,13 @@ def main() -> None:
     ap.add_argument("--refs", type=int, default=10_000_000)
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--big-mb", type=int, default=400)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["curve", "seeds", "big"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["curve", "crossover", "seeds", "big"])
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     if "curve" not in args.skip:
         bench_curve(args.refs, args.objects)
+    if "crossover" not in args.skip:
+        bench_crossover()
     with tempfile.TemporaryDirectory(prefix="bench_analysis_") as tmp:
         if "seeds" not in args.skip:
             bench_seeds(Path(tmp))
