@@ -171,3 +171,27 @@ def test_local_files_encoded_once_over_http(stub, tmp_path):
     assert res.export["run_info"]["files_encoded"] == 2
     urls = {e["body"]["messages"][0]["content"][1]["image_url"]["url"][:22] for e in stub.log}
     assert urls == {"data:image/png;base64,", "data:image/jpeg;base64"}
+
+
+def test_random_pool_samples_with_replacement(stub, tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"text": f"p{i}"} for i in range(4)])
+    stub.log.clear()
+    res = run_bench(bench_config(path, stub.url, tmp_path / "out", dataset_type="random_pool",
+                                 request_count=40, concurrency=4, seed=7))
+    texts = [e["body"]["messages"][0]["content"] for e in stub.log]
+    assert len(res.records) == 40 and set(texts) == {"p0", "p1", "p2", "p3"}
+    assert len(set(r.conversation_id for r in res.records)) == 40
+    stub.log.clear()
+    default = run_bench(bench_config(path, stub.url, tmp_path / "o2",
+                                     dataset_type="random_pool"))
+    assert len(default.records) == 4  # one draw per pool entry by default
+
+
+def test_completions_endpoint_over_http(stub, tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"texts": ["a", "b"]}])
+    stub.log.clear()
+    res = run_bench(bench_config(path, stub.url + "/v1", tmp_path / "out",
+                                 endpoint_type="completions", streaming=True))
+    assert res.records[0].error is None and res.records[0].output_tokens == 3
+    assert stub.log[0]["body"]["prompt"] == "a b"
+    assert res.export["run_info"]["endpoint"] == "/v1/completions"  # no doubled /v1
