@@ -146,6 +146,8 @@ BAD = [
     (["analyze", "missing.jsonl"], "not found"),
     (["analyze", "--workload", "pool", "--cache-gb", "a:b"], "--cache-gb"),
     (["analyze", "--workload", "pool", "--cache-gb", "-1"], "negative"),
+    (["analyze", "--workload", "pool", "--cache-gb", "5:1"], "empty"),
+    (["analyze", "--workload", "pool", "--cache-images", "1.5"], "--cache-images"),
     (["analyze", "--workload", "pool", "--model", "gpt-vision"], "unknown model"),
     (["analyze", "--workload", "pool", "--tokens-per-image", "5"], "go together"),
     (["analyze", "--workload", "pool", "--pool-size", "0"], "pool-size"),

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -34,6 +36,8 @@ def _numbers(values: tuple[str, ...], kind: type, name: str) -> list:
                     lo, hi = parts[0], parts[1]
                     step = parts[2] if len(parts) == 3 else 1
                     count = int((hi - lo) / step + 1e-9) + 1
+                    if count < 1:
+                        raise UserError(f"{name} range {item!r} is empty (start above stop)")
                     if count > 100_000:
                         raise UserError(f"{name} range {item!r} has more than 100,000 values")
                     out += [kind(round(lo + i * step, 9)) for i in range(max(count, 0))]
@@ -97,8 +101,8 @@ def _dataset_trace(path: Path, key: str, fmt: str, use_manifest: bool, quiet: bo
             bar.close()
 
 
-def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
-    """Every plan of the sweep (cartesian product of multi-valued parameters)."""
+def _plans(workload: str, opts: dict) -> Iterator[tuple[dict, object]]:
+    """Every plan of the sweep (cartesian product of multi-valued parameters), one at a time."""
     from ..plans import pool_plan, sliding_window_plan
 
     if workload == "pool":
@@ -124,15 +128,12 @@ def _plans(workload: str, opts: dict) -> list[tuple[dict, object]]:
     image_sizes = list(opts["image_size"]) or [defaults["image_size"]]
     axes["image_size"] = image_sizes
     swept = [k for k, v in axes.items() if len(v) > 1]
-    out = []
-    combos = list(itertools.product(*axes.values()))
-    if len(combos) > 10_000:
-        raise UserError(f"the sweep has {len(combos):,} workloads; at most 10,000")
-    for combo in combos:
+    total = math.prod(len(v) for v in axes.values())
+    if total > 10_000:
+        raise UserError(f"the sweep has {total:,} workloads; at most 10,000")
+    for combo in itertools.product(*axes.values()):
         args = dict(zip(axes, combo))
-        plan = fn(**args, **fixed)
-        out.append(({k: args[k] for k in swept}, plan))
-    return out
+        yield {k: args[k] for k in swept}, fn(**args, **fixed)
 
 
 def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: dict) -> str:
@@ -252,21 +253,22 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     caps_images = _numbers(cache_images, int, "--cache-images")
     unknown = _size(url_image_size)
 
+    want_curve = bool(curve_path or plot_path)
     if dataset is not None:
         trace, manifest = _dataset_trace(dataset, key, fmt, not no_manifest, quiet)
         if manifest:
             trace.info["manifest_path"] = manifest
-        runs = [({}, trace)]
+        results = [({}, run(trace, vm, sem, caps_bytes, caps_images, unknown, want_curve))]
     else:
-        runs = [(p, trace_from_plan(plan)) for p, plan in _plans(workload, plan_opts)]
-        if preset:
-            for _, t in runs:
-                t.source = f"{t.source} of preset {preset}"
-    if len(runs) > 1 and (curve_path or plot_path):
-        raise UserError("--curve and --plot take a single workload, not a sweep")
-    want_curve = bool(curve_path or plot_path)
-    results = [(p, run(t, vm, sem, caps_bytes, caps_images, unknown, want_curve))
-               for p, t in runs]
+        results = []
+        for params, plan in _plans(workload, plan_opts):
+            if results and want_curve:
+                raise UserError("--curve and --plot take a single workload, not a sweep")
+            trace = trace_from_plan(plan)
+            if preset:
+                trace.source = f"{trace.source} of preset {preset}"
+            results.append((params, run(trace, vm, sem, caps_bytes, caps_images, unknown,
+                                        want_curve)))
     if curve_path:
         write_curve(results[0][1], curve_path)
         if results[0][1].curve_sampled and not quiet:
