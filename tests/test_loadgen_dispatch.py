@@ -5,6 +5,7 @@ import orjson
 import pytest
 from test_loadgen_helpers import Stub, bench_config, write_jsonl
 
+from mmdatagen.errors import UserError
 from mmdatagen.io.readers import iter_turns
 from mmdatagen.loadgen.run import run_bench
 from mmdatagen.loadgen.sessions import SessionSource
@@ -195,3 +196,16 @@ def test_completions_endpoint_over_http(stub, tmp_path):
     assert res.records[0].error is None and res.records[0].output_tokens == 3
     assert stub.log[0]["body"]["prompt"] == "a b"
     assert res.export["run_info"]["endpoint"] == "/v1/completions"  # no doubled /v1
+
+
+def test_fixed_schedule_sends_at_timestamps(stub, tmp_path):
+    rows = [{"text": "t0", "timestamp": 1000}, {"text": "t1", "timestamp": 1150},
+            {"text": "t2", "timestamp": 1300, "session_id": "s"}]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    res = run_bench(bench_config(path, stub.url, tmp_path / "out", fixed_schedule=True))
+    starts = sorted(r.start_ns for r in res.records)
+    assert len(starts) == 3 and not any(r.error for r in res.records)
+    assert (starts[1] - starts[0]) / 1e6 >= 150 * 0.95 and (starts[2] - starts[0]) / 1e6 >= 285
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "x", "timestamp": 0}, {"text": "y"}])
+    with pytest.raises(UserError, match="timestamp"):
+        run_bench(bench_config(bad, stub.url, tmp_path / "o2", fixed_schedule=True))

@@ -37,6 +37,8 @@ def _common_options(f):
         click.option("--arrival", "--arrival-pattern", "arrival",
                      type=click.Choice(["poisson", "constant"]), default="poisson",
                      show_default=True, help="Arrival process with --request-rate."),
+        click.option("--fixed-schedule", is_flag=True,
+                     help="Send each row at its 'timestamp' (ms after the first row's)."),
         click.option("--benchmark-duration", type=float, default=None,
                      help="Stop issuing after this many seconds of profiling (dataset repeats)."),
         click.option("--request-timeout", "--request-timeout-seconds", "request_timeout",
@@ -94,7 +96,7 @@ def _config(kw: dict, *, url: str | None, cache_gb: float, output_dir: Path):
         endpoint_type=kw["endpoint_type"], profile=kw["profile"], cache_gb=cache_gb,
         sim_args=list(kw["sim_args"]), time_scale=kw["time_scale"],
         http_client=kw["http_client"], grace_period=kw["grace_period"], seed=kw["seed"],
-        quiet=kw["quiet"], predict=not kw["no_predict"])
+        quiet=kw["quiet"], predict=not kw["no_predict"], fixed_schedule=kw["fixed_schedule"])
 
 
 @click.command()

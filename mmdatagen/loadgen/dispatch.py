@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import DatasetError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
 from .client import Result, error
@@ -244,3 +244,60 @@ async def _worker(ctx: Context) -> None:
             phase = await sched.ticket()
             if phase is None:
                 return
+
+
+async def fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None) -> None:
+    """Send each row at its ``timestamp`` (ms, relative to the first row's), lazily read.
+
+    No warmup; ``cap`` optionally bounds requests in flight (late rows then start late).
+    """
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    first: float | None = None
+    sem = asyncio.Semaphore(cap) if cap else None
+    corr: dict[str, str] = {}
+    turns_of: dict[str, int] = {}
+    running: set[asyncio.Task] = set()
+
+    async def send(sess: Session, turn: Turn) -> None:
+        try:
+            await _one(ctx, sess, turn, PROFILING, None)
+        finally:
+            if sem is not None:
+                sem.release()
+
+    n = 0
+    try:
+        for turn in turns:
+            if ctx.sched.stopped or (limit is not None and n >= limit):
+                break
+            if turn.timestamp_ms is None:
+                raise DatasetError(f"line {turn.line_no}: --fixed-schedule needs a 'timestamp' "
+                                   "on every row")
+            ts = float(turn.timestamp_ms)
+            first = ts if first is None else first
+            delay = t0 + (ts - first) / 1000.0 - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(ctx.sched.stop_event.wait(), delay)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+            if sem is not None:
+                await sem.acquire()
+            sid = turn.session_id or f"row_{turn.line_no}"
+            if sid not in corr:
+                corr[sid] = str(uuid.uuid4())
+            turns_of[sid] = turns_of.get(sid, 0) + 1
+            sess = Session(sid, corr[sid], complete=True, sent=turns_of[sid])
+            task = asyncio.ensure_future(send(sess, turn))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            n += 1
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+    except asyncio.CancelledError:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise

@@ -17,7 +17,7 @@ from ..errors import UserError
 from ..io.readers import detect_format, iter_turns
 from ..metrics import build_export, console_table, write_exports
 from .client import make_client
-from .dispatch import Context, Scheduler, worker
+from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.I)
@@ -54,6 +54,7 @@ class BenchConfig:
     seed: int = 0
     quiet: bool = False
     predict: bool = True
+    fixed_schedule: bool = False
     image_cache_bytes: int = 1 << 30
 
     def public(self) -> dict[str, Any]:
@@ -95,6 +96,11 @@ def _validate(cfg: BenchConfig) -> None:
         raise UserError("--request-timeout must be positive")
     if cfg.endpoint_type not in ENDPOINT_PATHS:
         raise UserError(f"--endpoint-type must be one of {', '.join(ENDPOINT_PATHS)}")
+    if cfg.fixed_schedule and (cfg.warmup_request_count or cfg.request_rate
+                               or cfg.benchmark_duration):
+        raise UserError("--fixed-schedule takes no warmup, --request-rate or --benchmark-duration")
+    if cfg.fixed_schedule and cfg.dataset_type == "random_pool":
+        raise UserError("--fixed-schedule needs single_turn or multi_turn timestamps")
     if cfg.arrival not in ("poisson", "constant"):
         raise UserError("--arrival must be poisson or constant")
 
@@ -223,6 +229,14 @@ def to_simulated_time(records: list, scale: float) -> None:
             r.server_ttft_ns = round(r.server_ttft_ns / scale)
 
 
+async def _fixed(ctx: Context, turns, cfg: BenchConfig) -> None:
+    try:
+        await fixed_schedule(ctx, turns, cfg.request_count, cfg.concurrency)
+    except UserError as exc:
+        ctx.fatal = exc
+        ctx.sched.stop()
+
+
 async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
     fmt = cfg.dataset_type
     if fmt == "auto":
@@ -267,7 +281,11 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     total = None if count is None else count + cfg.warmup_request_count
     progress = Progress(ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
     loop = asyncio.get_running_loop()
-    tasks = [asyncio.ensure_future(worker(ctx)) for _ in range(n_workers)]
+    if cfg.fixed_schedule:
+        n_workers = cfg.concurrency or 0
+        tasks = [asyncio.ensure_future(_fixed(ctx, open_turns(), cfg))]
+    else:
+        tasks = [asyncio.ensure_future(worker(ctx)) for _ in range(n_workers)]
     cancelled = {"flag": False, "presses": 0}
 
     def cancel_all() -> None:
