@@ -95,6 +95,11 @@ output_options = _options(
 )
 
 
+def _with_defaults(opts: dict[str, Any], **defaults: Any) -> dict[str, Any]:
+    """The workload's own defaults wherever neither the command line nor a config gave a value."""
+    return {**opts, **{k: v for k, v in defaults.items() if opts.get(k) is None}}
+
+
 def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt: str,
          default_name: str) -> None:
     """Validate everything, build the plan, materialise it, print where it went."""
@@ -158,18 +163,12 @@ def pool(**opts: Any) -> None:
     400 text tokens, seed 0), photo-like 640x480 JPEG files.
     """
     from ..plans import pool_plan
-
-    opts = {"text_tokens": 400, "tokenizer": "qwen3-vl", "image_size": "640x480",
-            "image_content": "photo", "image_format": "jpeg", "delivery": "path",
-            **{k: v for k, v in opts.items() if v is not None}}
-    opts.setdefault("output_length", None)
-    for key in ("image_source_dir", "png_compress_level", "target_bytes", "image_dir",
-                "path_prefix", "base_url", "output", "target_reuse", "hf_dataset", "hf_image_column"):
-        opts.setdefault(key, None)
-    plan_args = {k: opts.pop(k) for k in ("num_requests", "pool_size", "images_per_request",
-                                          "reuse", "zipf_exponent", "target_reuse")}
     from ..plans.pool import pool_size_for_reuse
 
+    opts = _with_defaults(opts, text_tokens=400, tokenizer="qwen3-vl", image_size="640x480",
+                          image_content="photo", image_format="jpeg", delivery="path")
+    plan_args = {k: opts.pop(k) for k in ("num_requests", "pool_size", "images_per_request",
+                                          "reuse", "zipf_exponent", "target_reuse")}
     if plan_args["target_reuse"] is not None:
         plan_args["pool_size"] = pool_size_for_reuse(plan_args["num_requests"],
                                                      plan_args["images_per_request"],
@@ -204,12 +203,8 @@ def sliding_window(**opts: Any) -> None:
     """
     from ..plans import sliding_window_plan
 
-    opts = {"text_tokens": 8000, "tokenizer": "qwen3.6", "image_size": "2400x1080",
-            "image_content": "photo", "image_format": "jpeg", "delivery": "data-url",
-            **{k: v for k, v in opts.items() if v is not None}}
-    for key in ("image_source_dir", "png_compress_level", "target_bytes", "image_dir",
-                "path_prefix", "base_url", "output", "output_length", "hf_dataset", "hf_image_column"):
-        opts.setdefault(key, None)
+    opts = _with_defaults(opts, text_tokens=8000, tokenizer="qwen3.6", image_size="2400x1080",
+                          image_content="photo", image_format="jpeg", delivery="data-url")
     fmt = opts.pop("fmt")
     plan_args = {k: opts.pop(k) for k in ("users", "turns", "window", "stride", "order",
                                           "shared_fraction", "text_sharing")}
