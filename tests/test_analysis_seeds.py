@@ -1,6 +1,8 @@
 """The seed arithmetic of vision-caches.md as fixed tests, from plans (no pixels)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mmdatagen.analysis import concurrency
 from mmdatagen.analysis.predict import GIB, Semantics, analyze
@@ -90,22 +92,27 @@ def test_causal_session_replay_makes_consecutive_turns_hit():
     assert _rate(one) == pytest.approx(0.7)  # one session at a time = user-major
 
 
-def test_session_events_are_causal_and_bounded():
-    sessions = np.array([0, 1, 0, 2, 1, 0, 3])
-    ev = concurrency.events(sessions.size, 2, sessions, "sessions")
-    done, running, last_done = set(), set(), {}
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.integers(1, 5))
+def test_session_events_are_causal_and_bounded(sessions, k):
+    sessions = np.array(sessions)
+    ev = concurrency.events(sessions.size, k, sessions, "sessions")
+    done, running = set(), set()
     for e in ev.tolist():
         if e >= 0:
-            prev = [r for r in range(e) if sessions[r] == sessions[e]]
-            assert all(p in done for p in prev)
+            assert all(p in done for p in range(e) if sessions[p] == sessions[e])  # causal
             running.add(e)
-            assert len({sessions[r] for r in running}) <= 2
+            assert len(running) <= k  # one request per session, at most k sessions
+            assert len({sessions[r] for r in running}) == len(running)
         else:
+            assert ~e in running
             running.discard(~e)
             done.add(~e)
-    assert sorted(done) == list(range(sessions.size))
+    assert sorted(done) == list(range(sessions.size)) and not running
     order = concurrency.dispatch_order(ev).tolist()
-    assert order[:2] == [0, 1] and sorted(order) == list(range(7))
+    assert sorted(order) == list(range(sessions.size))
+    firsts = [order.index(int(np.flatnonzero(sessions == s)[0])) for s in dict.fromkeys(sessions)]
+    assert firsts == sorted(firsts)  # sessions start in order of first appearance
 
 
 def test_file_events_keep_k_in_flight():
