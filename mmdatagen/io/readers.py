@@ -42,7 +42,7 @@ def open_text(path: Path) -> IO[bytes]:
     try:
         if path.suffix == ".gz":
             return gzip.open(path, "rb")
-        return open(path, "rb")
+        return open(path, "rb", buffering=1 << 20)
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
 
@@ -51,7 +51,7 @@ def iter_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_no, object)`` for every non-empty line; a bad line is a one-line error."""
     with open_text(path) as fh:
         for line_no, line in enumerate(fh, 1):
-            if not line.strip():
+            if line.isspace():  # stops at the first non-space byte; strip() would copy the line
                 continue
             try:
                 obj = orjson.loads(line)
