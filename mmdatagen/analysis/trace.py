@@ -159,16 +159,13 @@ class _Identifier:
             return ("url", ref), (0, 0)  # the server fetches it: only the URL string is known
         data = imageref.load_bytes(ref, self.dir)
         dims = imageref.image_dims(data)
-        # AIPerf re-encodes local files (deterministically), so the engine never sees a file's
-        # original bytes: equal files share a key, but not with a data URL of the same bytes.
-        # Only PNG re-encoding is lossless, so only PNG files share pixel keys with data URLs.
-        space = "data" if parsed.kind == "data" else "file"
-        if self.mode == "pixels":
+        if self.mode == "pixels":  # data URLs reach here only in this mode
+            # only PNG re-encoding (AIPerf re-encodes local files) keeps the pixels
             lossless = parsed.kind == "data" or data[:8] == b"\x89PNG\r\n\x1a\n"
             return ("px" if lossless else "file-px", imageref.pixel_key(data)), dims
-        if self.mode == "reference" and parsed.kind == "data":
-            return ("ref", imageref.reference_key(ref)), dims
-        return (space, imageref.bytes_key(data)), dims
+        # a local file: AIPerf re-encodes it deterministically, so the engine never sees its
+        # bytes but equal files give equal requests (and equal reference strings)
+        return ("file", imageref.bytes_key(data)), dims
 
     def __call__(self, ref: str, uuid: str | None) -> int:
         self.saw_uuids = self.saw_uuids or bool(uuid)
