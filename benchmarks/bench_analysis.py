@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +124,11 @@ def _noise_png(rng: np.random.Generator, side: int) -> bytes:
     return buf.getvalue()
 
 
+def _text_chunk(text: bytes) -> bytes:
+    body = b"tEXt" + b"Comment\0" + text
+    return (len(body) - 4).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+
 def _big_file(path: Path, mb: int, distinct: bool, rng: np.random.Generator) -> int:
     """Rows of one inline PNG each: a pool of 40 pictures, or every row a distinct image."""
     pool = [_noise_png(rng, 512) for _ in range(40)]
@@ -131,8 +137,8 @@ def _big_file(path: Path, mb: int, distinct: bool, rng: np.random.Generator) -> 
     with path.open("w") as fh:
         for r in range(rows):
             data = pool[int(rng.integers(40))]
-            if distinct:  # patch pixel bytes inside the (stored) IDAT: new bytes, same header
-                data = data[:-4096] + r.to_bytes(8, "little") + data[-4088:]
+            if distinct:  # a tEXt chunk after IHDR: a valid PNG with its own bytes
+                data = data[:33] + _text_chunk(f"row {r}".encode()) + data[33:]
             url = "data:image/png;base64," + base64.b64encode(data).decode()
             fh.write(json.dumps({"text": f"row {r}", "image": url}) + "\n")
     return rows
