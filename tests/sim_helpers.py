@@ -22,7 +22,7 @@ def fast_profile(**kw) -> Profile:
     base = dict(step_base_ms=1.0, per_seq_ms=0.0, per_prefill_token_ms=0.0,
                 per_encoder_token_ms=0.0, per_encoder_image_ms=0.0, frontend_request_ms=0.0,
                 frontend_image_ms=0.0, url_fetch_ms=0.0, max_running=64, natural_output_tokens=7,
-                text_bytes_per_token=4.0)
+                text_bytes_per_token=4.0, encoder_async_fraction=0.0, token_budget=8192)
     base.update(kw)
     return load_profile("qwen3-vl-30b-gb200").with_overrides(**base)
 

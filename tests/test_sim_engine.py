@@ -230,3 +230,31 @@ def test_key_modes_follow_the_engines():
     assert (im.tokens, im.prompt_tokens) == (model.image_tokens(300, 200),
                                              model.image_tokens(300, 200) + 2)
     assert im.nbytes == model.entry_bytes(300, 200)
+
+
+def test_async_encoder_delays_only_the_missing_request(tmp_path):
+    prof = fast_profile(step_base_ms=10.0, per_encoder_image_ms=25.0, encoder_async_fraction=1.0)
+    eng = Engine(prof, 1.0)
+    hit_first = SimRequest(0, 10, [], 3)
+    eng.add(hit_first)
+    assert eng.begin_step(0.0) == 10.0
+    eng.end_step(10.0)
+    missing = SimRequest(1, 10, [_img("z")], 2)
+    eng.add(missing)
+    # the encoder runs beside the step: no encoder cost in the step, no prefill yet
+    assert eng.begin_step(10.0) == 10.0
+    eng.end_step(20.0)
+    assert missing.prefilled == 0 and missing.enc_ready == 35.0
+    assert eng.next_wake(20.0) == 35.0
+    eng.begin_step(20.0)
+    eng.end_step(30.0)                   # hit_first finishes; missing still blocked
+    assert hit_first.done and missing.emitted == 0
+    assert eng.begin_step(30.0) == 0.0   # only a blocked request left: nothing to run now
+    assert eng.begin_step(35.0) == 10.0
+    eng.end_step(45.0)
+    assert missing.first_token_t == 45.0
+    # the virtual driver jumps over blocked-only periods
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(orjson.dumps({"text": "x", "image": png_url()}) + b"\n")
+    res = simulate(load_turns(path, prof), prof, 1.0, 1, 1, policy=OutputPolicy(2, 2, True))
+    assert res.records[0].first_token_ns == 35_000_000

@@ -220,3 +220,38 @@ def test_http_url_and_uuid_keys():
                 async with sess.post(url + "/v1/chat/completions", json=chat([cache_only])) as r:
                     assert r.headers["x-mmdatagen-image-hits"] == expect
     run(go())
+
+
+def test_http_cache_counters_match_exact_lru():
+    """Sequential requests through the server: headers and /metrics equal the analysis LRU."""
+    import random
+
+    from mmdatagen.analysis.lru import lru_hits
+    from mmdatagen.vlm import get_model
+
+    rnd = random.Random(5)
+    sizes_px = [(320 + 64 * (i % 4), 240) for i in range(10)]
+    urls = [png_url((i, 0, 0), sizes_px[i]) for i in range(10)]
+    order = [rnd.randrange(10) for _ in range(40)]
+    model = get_model("qwen3-vl-30b-a3b")
+    nbytes = [model.entry_bytes(*sizes_px[i]) for i in order]
+    cap = 3 * max(nbytes)
+    expect = lru_hits(order, nbytes, cap)
+
+    async def go():
+        async with running(cache_gb=cap / 2**30) as (url, sim, sess):
+            got = []
+            for i in order:
+                body = chat([{"type": "image_url", "image_url": {"url": urls[i]}}], max_tokens=1)
+                async with sess.post(url + "/v1/chat/completions", json=body) as resp:
+                    got.append(int(resp.headers["x-mmdatagen-image-hits"]))
+            async with sess.get(url + "/metrics") as resp:
+                text = await resp.text()
+            return got, text
+
+    got, text = run(go())
+    assert got == [int(x) for x in expect]
+    hits = sum(got)
+    assert f"mmdatagen_sim_embedding_cache_hits_total {hits}\n" in text
+    assert f"mmdatagen_sim_embedding_cache_misses_total {len(order) - hits}\n" in text
+    assert "mmdatagen_sim_embedding_cache_evictions_total 0\n" not in text

@@ -36,7 +36,7 @@ class SimRequest:
 
     __slots__ = ("rid", "text_tokens", "images", "prompt_tokens", "target_tokens", "arrival",
                  "prefilled", "emitted", "first_token_t", "end_t", "hits", "misses",
-                 "encoded", "notify", "done", "tag")
+                 "encoded", "notify", "done", "tag", "enc_ready")
 
     def __init__(self, rid: int, text_tokens: int, images: list[SimImage], target_tokens: int,
                  arrival: float = 0.0, notify: Callable[["SimRequest"], None] | None = None,
@@ -57,6 +57,7 @@ class SimRequest:
         self.notify = notify
         self.done = False
         self.tag = tag
+        self.enc_ready = 0.0
 
 
 class Engine:
@@ -68,6 +69,7 @@ class Engine:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.frontend_free = 0.0
+        self.encoder_free = 0.0
         self.steps = 0
         self.busy_ms = 0.0
         self.completed = 0
@@ -115,8 +117,9 @@ class Engine:
                     self._encoded_step.append(im)
         return tokens, images
 
-    def begin_step(self) -> float:
-        """Schedule one step and return its duration in ms (0.0 when idle)."""
+    def begin_step(self, now: float = 0.0) -> float:
+        """Schedule one step starting at ``now`` (ms) and return its duration (0.0: nothing to do
+        now; see :meth:`next_wake`)."""
         p = self.p
         budget = p.token_budget
         scheduled = self._scheduled
@@ -128,32 +131,47 @@ class Engine:
                 scheduled.append(r)
         budget -= n_decode
         for r in self.running:
-            if r.prefilled < r.prompt_tokens and budget > 0:
+            if r.prefilled < r.prompt_tokens and budget > 0 and r.enc_ready <= now:
                 chunk = min(r.prompt_tokens - r.prefilled, budget)
                 r.prefilled += chunk
                 prefill += chunk
                 budget -= chunk
                 scheduled.append(r)
         waiting, running = self.waiting, self.running
+        frac = p.encoder_async_fraction
         while waiting and budget > 0 and len(running) < p.max_running:
             r = waiting.popleft()
             t, n = self._admit(r)
+            running.append(r)
+            cost = p.per_encoder_token_ms * t + p.per_encoder_image_ms * n
+            if frac and cost:
+                r.enc_ready = max(now, self.encoder_free) + cost * frac
+                self.encoder_free = r.enc_ready
+                enc_tokens += t * (1.0 - frac)
+                enc_images += n * (1.0 - frac)
+                self.encoded_images += n
+                continue
             enc_tokens += t
             enc_images += n
+            self.encoded_images += n
             chunk = min(r.prompt_tokens, budget)
             r.prefilled = chunk
             prefill += chunk
             budget -= chunk
-            running.append(r)
             scheduled.append(r)
-        if not scheduled:
-            return 0.0
-        self.encoded_images += enc_images
-        self.steps += 1
         dur = (p.step_base_ms + p.per_seq_ms * n_decode + p.per_prefill_token_ms * prefill
                + p.per_encoder_token_ms * enc_tokens + p.per_encoder_image_ms * enc_images)
+        if not scheduled and not (enc_tokens or enc_images):
+            return 0.0
+        self.steps += 1
         self.busy_ms += dur
         return dur
+
+    def next_wake(self, now: float) -> float | None:
+        """When a request blocked on the serial encoder becomes ready (None: none is blocked)."""
+        times = [r.enc_ready for r in self.running
+                 if r.prefilled < r.prompt_tokens and r.enc_ready > now]
+        return min(times) if times else None
 
     def end_step(self, t_end: float) -> list[SimRequest]:
         """Emit the step's tokens at ``t_end``; returns the requests that finished."""

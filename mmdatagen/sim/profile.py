@@ -20,7 +20,8 @@ class Profile:
 
     Step duration = ``step_base_ms`` + ``per_seq_ms`` x running sequences
     + ``per_prefill_token_ms`` x prefill tokens + ``per_encoder_token_ms`` x encoded image tokens
-    + ``per_encoder_image_ms`` x encoded images. Before the engine, a serial frontend spends
+    + ``per_encoder_image_ms`` x encoded images, of which ``encoder_async_fraction`` runs instead
+    on a serial encoder queue beside the steps (delaying only that request's prefill). Before the engine, a serial frontend spends
     ``frontend_request_ms`` + ``frontend_image_ms`` x images per request, after a fixed
     ``url_fetch_ms`` per http(s) image (not serial).
     """
@@ -36,6 +37,7 @@ class Profile:
     per_prefill_token_ms: float = 0.0
     per_encoder_token_ms: float = 0.0
     per_encoder_image_ms: float = 0.0
+    encoder_async_fraction: float = 0.0
     frontend_request_ms: float = 0.0
     frontend_image_ms: float = 0.0
     url_fetch_ms: float = 0.0
@@ -66,6 +68,8 @@ class Profile:
             raise UserError(f"profile {self.name}: key_mode must be one of {', '.join(KEY_MODES)}")
         if self.register not in REGISTER_MODES:
             raise UserError(f"profile {self.name}: register must be one of {', '.join(REGISTER_MODES)}")
+        if not 0.0 <= self.encoder_async_fraction <= 1.0:
+            raise UserError(f"profile {self.name}: encoder_async_fraction must be in [0, 1]")
         if self.text_bytes_per_token <= 0:
             raise UserError(f"profile {self.name}: text_bytes_per_token must be positive")
         return self

@@ -56,11 +56,18 @@ class RealtimeDriver:
                     self.lag_resets += 1
                     self.lag_s += now - next_start
                 next_start = now
-            dur = eng.begin_step()
-            if dur <= 0.0:
-                eng.end_step((next_start - self.t0) * 1000.0 / scale)
+            sim_now = (next_start - self.t0) * 1000.0 / scale
+            dur = eng.begin_step(sim_now)
+            if dur <= 0.0:  # runnable work is blocked on the serial encoder (or nothing to do)
+                eng.end_step(sim_now)
+                wake = eng.next_wake(sim_now)
                 self._wake.clear()
-                await self._wake.wait()
+                timeout = None if wake is None else max(0.0, self.t0 + wake * scale / 1000.0
+                                                        - time.perf_counter())
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass
                 next_start = None
                 continue
             deadline = next_start + dur * scale / 1000.0

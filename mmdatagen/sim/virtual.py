@@ -166,7 +166,15 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                     nxt.append(issue_heap[0][0])
                 t = max(t, min(nxt))
                 continue
-            dur = eng.begin_step()
+            dur = eng.begin_step(t)
+            if dur == 0.0:  # everything runnable is blocked on the serial encoder
+                nxt = [x for x in (eng.next_wake(t),) if x is not None]
+                if arrivals:
+                    nxt.append(arrivals[0][0])
+                if issue_heap and issued < cap:
+                    nxt.append(issue_heap[0][0])
+                t = max(t, min(nxt))
+                continue
             t += dur
             for r in eng.end_step(t):
                 in_flight -= 1
