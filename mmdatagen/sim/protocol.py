@@ -22,6 +22,7 @@ from .profile import Profile
 # Each simulated token is one of these words (one token each in common BPE vocabularies).
 WORDS = (" This", " is", " a", " simulated", " response", " from", " a", " performance",
          " model", ",", " not", " a", " language", " model", ".")
+_WORD_JSON = tuple(orjson.dumps(w) for w in WORDS)
 NOTICE = "mmdatagen simulator: a performance model, not a language model"
 
 
@@ -259,7 +260,7 @@ class Responder:
 
     def chunk(self, i: int, last: bool) -> bytes:
         """SSE event for token ``i`` (0-based)."""
-        word = orjson.dumps(WORDS[i % len(WORDS)])
+        word = _WORD_JSON[i % len(_WORD_JSON)]
         fin = orjson.dumps(self.req.finish_reason) if last else b"null"
         if self.req.kind == "chat":
             delta = b'{"role":"assistant","content":' if i == 0 else b'{"content":'

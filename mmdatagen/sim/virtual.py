@@ -173,6 +173,8 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                     nxt.append(arrivals[0][0])
                 if issue_heap and issued < cap:
                     nxt.append(issue_heap[0][0])
+                if not nxt:
+                    raise RuntimeError("simulator stalled: requests wait but nothing can run")
                 t = max(t, min(nxt))
                 continue
             t += dur
