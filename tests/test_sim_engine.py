@@ -249,7 +249,7 @@ def test_async_encoder_delays_only_the_missing_request(tmp_path):
     eng.begin_step(20.0)
     eng.end_step(30.0)                   # hit_first finishes; missing still blocked
     assert hit_first.done and missing.emitted == 0
-    assert eng.begin_step(30.0) == 0.0   # only a blocked request left: nothing to run now
+    assert eng.begin_step(30.0) is None  # only a blocked request left: nothing to run now
     assert eng.begin_step(35.0) == 10.0
     eng.end_step(45.0)
     assert missing.first_token_t == 45.0
@@ -258,3 +258,35 @@ def test_async_encoder_delays_only_the_missing_request(tmp_path):
     path.write_bytes(orjson.dumps({"text": "x", "image": png_url()}) + b"\n")
     res = simulate(load_turns(path, prof), prof, 1.0, 1, 1, policy=OutputPolicy(2, 2, True))
     assert res.records[0].first_token_ns == 35_000_000
+
+
+def test_multi_turn_requests_carry_history(tmp_path):
+    from mmdatagen.sim.virtual import reply_tokens
+
+    img_a, img_b = png_url((1, 1, 1)), png_url((2, 2, 2))
+    row = {"session_id": "s", "turns": [{"text": "a" * 40, "image": img_a},
+                                        {"text": "b" * 40, "image": img_b}]}
+    path = _write(tmp_path / "m.jsonl", [row])
+    prof = fast_profile()
+    turns = load_turns(path, prof)
+    assert [len(t.images) for t in turns] == [1, 2]
+    assert [t.text_tokens for t in turns] == [10, 20]
+    res = simulate(turns, prof, 1.0, concurrency=1, request_count=2,
+                   policy=OutputPolicy(5, 5, True))
+    second = max(res.records, key=lambda r: r.start_ns)
+    assert (second.image_hits, second.image_misses) == (1, 1)  # the earlier image is re-sent
+    assert reply_tokens(5, 4.0) == 8  # " This is a simulated response" = 29 bytes
+    assert res.engine.completed == 2
+
+
+def test_one_pass_completes_every_session_and_wrap_cycles(tmp_path):
+    rows = [{"text": "t", "session_id": f"s{i % 3}"} for i in range(9)]
+    path = _write(tmp_path / "w.jsonl", rows)
+    prof = fast_profile()
+    turns = load_turns(path, prof)
+    one = simulate(turns, prof, 0.0, 2, 9, policy=OutputPolicy(2, 2, True), wrap=False)
+    assert sorted(r.conversation_id for r in one.records) == ["s0"] * 3 + ["s1"] * 3 + ["s2"] * 3
+    more = simulate(turns, prof, 0.0, 2, 12, policy=OutputPolicy(2, 2, True))
+    assert len(more.records) == 12 and any("#1" in r.conversation_id for r in more.records)
+    zero = simulate(turns, load_profile("zero-delay"), 0.0, 2, 9, wrap=False)
+    assert len(zero.records) == 9 and all(r.end_ns == 0 for r in zero.records)

@@ -117,9 +117,9 @@ class Engine:
                     self._encoded_step.append(im)
         return tokens, images
 
-    def begin_step(self, now: float = 0.0) -> float:
-        """Schedule one step starting at ``now`` (ms) and return its duration (0.0: nothing to do
-        now; see :meth:`next_wake`)."""
+    def begin_step(self, now: float = 0.0) -> float | None:
+        """Schedule one step starting at ``now`` (ms) and return its duration in ms; None when
+        nothing can run now (idle, or blocked on the encoder: see :meth:`next_wake`)."""
         p = self.p
         budget = p.token_budget
         scheduled = self._scheduled
@@ -162,7 +162,7 @@ class Engine:
         dur = (p.step_base_ms + p.per_seq_ms * n_decode + p.per_prefill_token_ms * prefill
                + p.per_encoder_token_ms * enc_tokens + p.per_encoder_image_ms * enc_images)
         if not scheduled and not (enc_tokens or enc_images):
-            return 0.0
+            return None
         self.steps += 1
         self.busy_ms += dur
         return dur

@@ -58,7 +58,7 @@ class RealtimeDriver:
                 next_start = now
             sim_now = (next_start - self.t0) * 1000.0 / scale
             dur = eng.begin_step(sim_now)
-            if dur <= 0.0:  # runnable work is blocked on the serial encoder (or nothing to do)
+            if dur is None:  # runnable work is blocked on the serial encoder (or nothing to do)
                 eng.end_step(sim_now)
                 wake = eng.next_wake(sim_now)
                 self._wake.clear()
@@ -72,8 +72,7 @@ class RealtimeDriver:
                 continue
             deadline = next_start + dur * scale / 1000.0
             delay = deadline - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay if delay > 0 else 0)
             self.late_s += max(0.0, time.perf_counter() - deadline)
             self.configured_s += dur * scale / 1000.0
             eng.end_step((deadline - self.t0) * 1000.0 / scale)

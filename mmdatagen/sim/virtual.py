@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..io.imageref import bytes_key, image_dims, load_bytes, parse_ref, reference_key
-from ..io.readers import Turn, iter_turns
+from ..io.readers import detect_format, iter_turns
 from ..vlm import get_model
 from .engine import Engine, SimImage, SimRequest
 from .profile import Profile
@@ -33,6 +33,7 @@ class SimTurn:
     images: list[SimImage]
     output_length: int | None = None
     delay_ms: float = 0.0
+    prior_outputs: tuple[int | None, ...] = ()  # multi_turn: output_length of earlier turns
 
 
 @dataclass
@@ -51,12 +52,19 @@ class OutputPolicy:
 
 
 def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
-    """Read a dataset once into compact turns (images resolved to keys, tokens, bytes)."""
+    """Read a dataset once into compact turns (images resolved to keys, tokens, bytes).
+
+    ``multi_turn`` requests carry their whole history, as the loader sends it: earlier turns'
+    texts and images, plus the assistant replies (added at simulation time, see
+    :func:`reply_tokens`). ``single_turn`` rows with a ``session_id`` carry only themselves.
+    """
     model = get_model(profile.model)
     resolver = ImageResolver(model, profile)
     bpt = profile.text_bytes_per_token
     out: list[SimTurn] = []
     counter = 0
+    multi = detect_format(Path(path)) == "multi_turn"
+    history: dict[str, tuple[int, list[SimImage], tuple]] = {}
     for t in iter_turns(Path(path)):
         images = [_image(resolver, ref, (t.image_uuids or [None] * len(t.images))[i], path)
                   for i, ref in enumerate(t.images)]
@@ -67,8 +75,13 @@ def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
         if sid is None:
             sid = f"\x00row-{counter}"
         counter += 1
+        prior: tuple = ()
+        if multi:
+            h_text, h_images, prior = history.get(sid, (0, [], ()))
+            text, images = h_text + text, h_images + images
+            history[sid] = (text, images, prior + (t.output_length,))
         out.append(SimTurn(sid, t.turn_index, text, images, t.output_length,
-                           float(t.delay_ms or 0.0)))
+                           float(t.delay_ms or 0.0), prior))
     if not out:
         raise UserError(f"{path}: no rows")
     return out
@@ -88,6 +101,14 @@ def _image(resolver: ImageResolver, ref: str, uuid: str | None, path: Path) -> S
         raise UserError(f"{path}: {exc.message}") from None
 
 
+def reply_tokens(n: int, bytes_per_token: float) -> int:
+    """Prompt tokens the server counts for an earlier reply of ``n`` simulated tokens."""
+    from .protocol import WORDS
+
+    size = sum(len(WORDS[i % len(WORDS)].encode()) for i in range(n))
+    return math.ceil(size / bytes_per_token) if size else 0
+
+
 @dataclass
 class SimResult:
     records: list = field(default_factory=list)
@@ -98,15 +119,19 @@ class SimResult:
 class _Sessions:
     """Sessions in order of first appearance, cycled when the request count exceeds the rows."""
 
-    def __init__(self, turns: list[SimTurn]) -> None:
+    def __init__(self, turns: list[SimTurn], wrap: bool = True) -> None:
         order: dict[str, list[SimTurn]] = {}
         for t in turns:
             order.setdefault(t.session, []).append(t)
         self.sessions = list(order.items())
         self.next = 0
         self.epoch = 0
+        self.wrap = wrap
 
-    def take(self) -> tuple[str, list[SimTurn]]:
+    def take(self) -> tuple[str, list[SimTurn]] | None:
+        """The next session (None once a single pass is used up and ``wrap`` is off)."""
+        if self.epoch > 0 and not self.wrap:
+            return None
         sid, rows = self.sessions[self.next]
         label = sid.lstrip("\x00")
         label = label if self.epoch == 0 else f"{label}#{self.epoch}"
@@ -118,15 +143,19 @@ class _Sessions:
 
 def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
              request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
-             streaming: bool = True) -> SimResult:
-    """Run warmup then profiling in virtual time; returns metrics RequestRecords."""
+             streaming: bool = True, wrap: bool = True) -> SimResult:
+    """Run warmup then profiling in virtual time; returns metrics RequestRecords.
+
+    ``wrap``: cycle through the sessions again when the request count exceeds one pass
+    (otherwise slots retire when the sessions run out, and a session always completes).
+    """
     from ..metrics import RequestRecord
 
     if concurrency < 1 or request_count < 1 or warmup_count < 0:
         raise UserError("--concurrency and --request-count must be >= 1, warmup >= 0")
     policy = policy or OutputPolicy()
     eng = Engine(profile, cache_gb)
-    sessions = _Sessions(turns)
+    sessions = _Sessions(turns, wrap)
     # per slot: [label, rows, next index]
     slots: list[list] = [[None, None, 0] for _ in range(concurrency)]
     records: list = []
@@ -144,11 +173,18 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                 _, _, s = heapq.heappop(issue_heap)
                 slot = slots[s]
                 if slot[1] is None or slot[2] >= len(slot[1]):
-                    slot[0], slot[1] = sessions.take()
+                    nxt_session = sessions.take()
+                    if nxt_session is None:
+                        continue  # one pass done: this slot retires
+                    slot[0], slot[1] = nxt_session
                     slot[2] = 0
                 row = slot[1][slot[2]]
                 slot[2] += 1
-                sreq = SimRequest(rid, row.text_tokens, row.images,
+                text = row.text_tokens
+                for ol in row.prior_outputs:
+                    text += reply_tokens(policy.target(profile.natural_output_tokens, ol),
+                                         profile.text_bytes_per_token)
+                sreq = SimRequest(rid, text, row.images,
                                   policy.target(profile.natural_output_tokens, row.output_length),
                                   arrival=t, tag=(s, slot[0], row, phase))
                 rid += 1
@@ -167,7 +203,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                 t = max(t, min(nxt))
                 continue
             dur = eng.begin_step(t)
-            if dur == 0.0:  # everything runnable is blocked on the serial encoder
+            if dur is None:  # everything runnable is blocked on the serial encoder
                 nxt = [x for x in (eng.next_wake(t),) if x is not None]
                 if arrivals:
                     nxt.append(arrivals[0][0])
@@ -185,7 +221,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                     conversation_id=label, turn_index=row.turn_index, phase=ph,
                     start_ns=round(r.arrival * 1e6), first_token_ns=round(r.first_token_t * 1e6),
                     end_ns=round(r.end_t * 1e6), output_tokens=r.emitted,
-                    input_tokens=row.text_tokens, num_images=len(row.images), error=None,
+                    input_tokens=r.prompt_tokens, num_images=len(row.images), error=None,
                     image_hits=r.hits, image_misses=r.misses,
                     server_ttft_ns=round((r.first_token_t - r.arrival) * 1e6),
                     x_request_id=f"sim-{r.rid}", streaming=streaming,
@@ -199,7 +235,8 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
 def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency: int,
                    request_count: int | None, warmup_count: int, policy: OutputPolicy,
                    streaming: bool = True) -> SimResult:
+    """``request_count`` None: one pass over the dataset (every session completes)."""
     turns = load_turns(dataset, profile)
     return simulate(turns, profile, cache_gb, concurrency,
                     request_count if request_count else len(turns), warmup_count, policy,
-                    streaming)
+                    streaming, wrap=request_count is not None)
