@@ -290,3 +290,23 @@ def test_one_pass_completes_every_session_and_wrap_cycles(tmp_path):
     assert len(more.records) == 12 and any("#1" in r.conversation_id for r in more.records)
     zero = simulate(turns, load_profile("zero-delay"), 0.0, 2, 9, wrap=False)
     assert len(zero.records) == 9 and all(r.end_ns == 0 for r in zero.records)
+
+
+def test_request_rate_paces_profiling_starts(tmp_path):
+    path = _write(tmp_path / "r.jsonl", [{"text": f"row {i}"} for i in range(20)])
+    prof = fast_profile(step_base_ms=2.0)
+    turns = load_turns(path, prof)
+    res = simulate(turns, prof, 0.0, 64, 20, warmup_count=2, policy=OutputPolicy(3, 3, True),
+                   request_rate=50.0, arrival="constant")
+    prof_starts = sorted(r.start_ns for r in res.records if r.phase == "profiling")
+    gaps = {round((b - a) / 1e6, 6) for a, b in zip(prof_starts, prof_starts[1:])}
+    assert gaps == {20.0} and len(prof_starts) == 20
+    # capped by concurrency 1: a request starts at its slot or when the previous one ends
+    slow = simulate(turns, fast_profile(step_base_ms=30.0), 0.0, 1, 5,
+                    policy=OutputPolicy(2, 2, True), request_rate=1000.0, arrival="constant")
+    recs = sorted(slow.records, key=lambda r: r.start_ns)
+    assert all(b.start_ns == a.end_ns for a, b in zip(recs, recs[1:]))
+    poisson = simulate(turns, prof, 0.0, 64, 20, policy=OutputPolicy(3, 3, True),
+                       request_rate=50.0, seed=1)
+    starts = sorted(r.start_ns for r in poisson.records)
+    assert len(set(b - a for a, b in zip(starts, starts[1:]))) > 5

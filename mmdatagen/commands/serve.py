@@ -84,8 +84,14 @@ def serve(host, port, profile, embedding_cache_gb, key_mode, register, max_runni
 @click.command()
 @click.argument("dataset", type=click.Path(path_type=Path))
 @_profile_options
-@click.option("--concurrency", type=int, default=1, show_default=True,
-              help="Sessions in flight (closed loop), as AIPerf's --concurrency.")
+@click.option("--concurrency", type=int, default=None,
+              help="Sessions in flight, as AIPerf's --concurrency (default 1; with "
+                   "--request-rate a cap, default 1024).")
+@click.option("--request-rate", type=float, default=None, help="Requests per second (paced).")
+@click.option("--arrival", type=click.Choice(["poisson", "constant"]), default="poisson",
+              show_default=True, help="Arrival process with --request-rate.")
+@click.option("--random-seed", "seed", type=int, default=0, show_default=True,
+              help="Seed of the poisson arrivals (the loader's default draws the same gaps).")
 @click.option("--request-count", type=int, default=None, help="Profiling requests (default: rows).")
 @click.option("--warmup-request-count", type=int, default=0, show_default=True)
 @click.option("--extra-inputs", multiple=True,
@@ -95,8 +101,8 @@ def serve(host, port, profile, embedding_cache_gb, key_mode, register, max_runni
               help="Write profile_export_mmdatagen.json and records.jsonl here.")
 @click.option("-q", "--quiet", is_flag=True, help="No table.")
 def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_running, token_budget,
-             concurrency, request_count, warmup_request_count, extra_inputs, streaming, output_dir,
-             quiet):
+             concurrency, request_rate, arrival, seed, request_count, warmup_request_count,
+             extra_inputs, streaming, output_dir, quiet):
     """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
     from ..loadgen.payload import parse_extra_inputs
@@ -104,6 +110,10 @@ def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_runni
     from ..sim.virtual import OutputPolicy, run_simulation
 
     prof = _load(profile, embedding_cache_gb, key_mode, register, max_running, token_budget)
+    if concurrency is None:
+        concurrency = 1024 if request_rate else 1
+    if request_rate is not None and request_rate <= 0:
+        raise UserError("--request-rate must be positive")
     if concurrency < 1:
         raise UserError("--concurrency must be >= 1")
     if request_count is not None and request_count < 1:
@@ -116,11 +126,12 @@ def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_runni
     policy = OutputPolicy(_opt_int(extra, "max_completion_tokens") or _opt_int(extra, "max_tokens"),
                           _opt_int(extra, "min_tokens") or 0, bool(extra.get("ignore_eos", False)))
     res = run_simulation(Path(dataset), prof, embedding_cache_gb, concurrency, request_count,
-                         warmup_request_count, policy, streaming)
+                         warmup_request_count, policy, streaming, request_rate, arrival, seed)
     cache = res.engine.cache.counters()
     config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
               "embedding_cache_gb": embedding_cache_gb, "key_mode": prof.key_mode,
               "register": prof.register, "concurrency": concurrency,
+              "request_rate": request_rate, "arrival": arrival if request_rate else None,
               "request_count": request_count, "warmup_request_count": warmup_request_count,
               "extra_inputs": extra, "streaming": streaming}
     export = build_export(res.records, input_config=config,

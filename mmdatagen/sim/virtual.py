@@ -143,19 +143,27 @@ class _Sessions:
 
 def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
              request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
-             streaming: bool = True, wrap: bool = True) -> SimResult:
+             streaming: bool = True, wrap: bool = True, request_rate: float | None = None,
+             arrival: str = "poisson", seed: int = 0) -> SimResult:
     """Run warmup then profiling in virtual time; returns metrics RequestRecords.
 
     ``wrap``: cycle through the sessions again when the request count exceeds one pass
     (otherwise slots retire when the sessions run out, and a session always completes).
+    ``request_rate``: profiling requests start on a paced schedule (poisson or constant, seeded
+    like the loader's), each taken by the first free slot; ``concurrency`` is then a cap.
     """
+    import numpy as np
+
     from ..metrics import RequestRecord
 
     if concurrency < 1 or request_count < 1 or warmup_count < 0:
         raise UserError("--concurrency and --request-count must be >= 1, warmup >= 0")
+    if request_rate is not None and request_rate <= 0:
+        raise UserError("--request-rate must be positive")
     policy = policy or OutputPolicy()
     eng = Engine(profile, cache_gb)
     sessions = _Sessions(turns, wrap)
+    gen = np.random.default_rng(seed)
     # per slot: [label, rows, next index]
     slots: list[list] = [[None, None, 0] for _ in range(concurrency)]
     records: list = []
@@ -167,10 +175,15 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
         heapq.heapify(issue_heap)
         arrivals: list[tuple[float, int, SimRequest]] = []
         in_flight = 0
+        paced = request_rate is not None and phase == "profiling"
+        next_slot: float | None = None
+        ticketed: set[int] = set()
         while True:
-            # issue every request whose slot is free by now
-            while issue_heap and issue_heap[0][0] <= t and issued < cap:
-                _, _, s = heapq.heappop(issue_heap)
+            # issue every request whose slot is free (and, when paced, whose time has come)
+            while issue_heap and issue_heap[0][0] <= t:
+                due, seq, s = heapq.heappop(issue_heap)
+                if issued >= cap and s not in ticketed:
+                    continue  # the request count is used up: this slot stops
                 slot = slots[s]
                 if slot[1] is None or slot[2] >= len(slot[1]):
                     nxt_session = sessions.take()
@@ -178,6 +191,22 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                         continue  # one pass done: this slot retires
                     slot[0], slot[1] = nxt_session
                     slot[2] = 0
+                if paced and s not in ticketed:
+                    if next_slot is None:
+                        next_slot = due
+                    ticket = next_slot
+                    gap = 1.0 / request_rate if arrival == "constant" else float(
+                        gen.exponential(1.0 / request_rate))
+                    next_slot += gap * 1000.0
+                    issued += 1
+                    if ticket > due:
+                        ticketed.add(s)
+                        heapq.heappush(issue_heap, (ticket, seq, s))
+                        continue
+                elif s in ticketed:
+                    ticketed.discard(s)
+                else:
+                    issued += 1
                 row = slot[1][slot[2]]
                 slot[2] += 1
                 text = row.text_tokens
@@ -186,19 +215,18 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                                          profile.text_bytes_per_token)
                 sreq = SimRequest(rid, text, row.images,
                                   policy.target(profile.natural_output_tokens, row.output_length),
-                                  arrival=t, tag=(s, slot[0], row, phase))
+                                  arrival=due, tag=(s, slot[0], row, phase))
                 rid += 1
-                issued += 1
                 in_flight += 1
-                ready = eng.frontend_ready_at(sreq, t)
+                ready = eng.frontend_ready_at(sreq, due)
                 heapq.heappush(arrivals, (ready, sreq.rid, sreq))
             while arrivals and arrivals[0][0] <= t:
                 eng.add(heapq.heappop(arrivals)[2])
-            if in_flight == 0 and (issued >= cap or not issue_heap):
+            if in_flight == 0 and not ticketed and (issued >= cap or not issue_heap):
                 break
             if eng.idle:
                 nxt = [arrivals[0][0]] if arrivals else []
-                if issue_heap and issued < cap:
+                if issue_heap and (issued < cap or ticketed):
                     nxt.append(issue_heap[0][0])
                 t = max(t, min(nxt))
                 continue
@@ -207,7 +235,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                 nxt = [x for x in (eng.next_wake(t),) if x is not None]
                 if arrivals:
                     nxt.append(arrivals[0][0])
-                if issue_heap and issued < cap:
+                if issue_heap and (issued < cap or ticketed):
                     nxt.append(issue_heap[0][0])
                 if not nxt:
                     raise RuntimeError("simulator stalled: requests wait but nothing can run")
@@ -234,9 +262,11 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
 
 def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency: int,
                    request_count: int | None, warmup_count: int, policy: OutputPolicy,
-                   streaming: bool = True) -> SimResult:
+                   streaming: bool = True, request_rate: float | None = None,
+                   arrival: str = "poisson", seed: int = 0) -> SimResult:
     """``request_count`` None: one pass over the dataset (every session completes)."""
     turns = load_turns(dataset, profile)
     return simulate(turns, profile, cache_gb, concurrency,
                     request_count if request_count else len(turns), warmup_count, policy,
-                    streaming, wrap=request_count is not None)
+                    streaming, wrap=request_count is not None, request_rate=request_rate,
+                    arrival=arrival, seed=seed)
