@@ -86,3 +86,35 @@ def test_serve_sigint_subprocess(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_sigterm_with_streams_in_flight_exits_cleanly():
+    import asyncio
+
+    import aiohttp
+
+    srv = EmbeddedServer(cache_gb=1.0, grace=8.0).start()
+    proc = srv.proc
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async def one():
+                body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                        "stream": True, "max_tokens": 5000, "ignore_eos": True}
+                try:
+                    async with s.post(srv.url + "/v1/chat/completions", json=body) as r:
+                        async for _ in r.content:
+                            pass
+                except aiohttp.ClientError:
+                    pass
+
+            tasks = [asyncio.create_task(one()) for _ in range(4)]
+            await asyncio.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(go())
+        assert proc.wait(8) == 0  # not killed: a clean exit with requests in flight
+    finally:
+        srv.stop()

@@ -40,7 +40,7 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}"
     runner = web.AppRunner(sim.app(), access_log=None, handler_cancellation=True,
-                           shutdown_timeout=2.0)
+                           shutdown_timeout=0.5)
     await runner.setup()
     await web.SockSite(runner, sock).start()
     stop = asyncio.Event()
