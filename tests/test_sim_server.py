@@ -255,3 +255,21 @@ def test_http_cache_counters_match_exact_lru():
     assert f"mmdatagen_sim_embedding_cache_hits_total {hits}\n" in text
     assert f"mmdatagen_sim_embedding_cache_misses_total {len(order) - hits}\n" in text
     assert "mmdatagen_sim_embedding_cache_evictions_total 0\n" not in text
+
+
+def test_time_scale_stretches_server_time():
+    """Deterministic lower bounds only: sleeps never end early."""
+    async def go():
+        prof = fast_profile(step_base_ms=5.0)
+        out = {}
+        for scale in (1.0, 4.0):
+            async with running(prof, time_scale=scale) as (url, sim, sess):
+                body = chat("hi", max_tokens=3, ignore_eos=True)
+                async with sess.post(url + "/v1/chat/completions", json=body) as resp:
+                    out[scale] = int(resp.headers["x-mmdatagen-server-ttft-ns"])
+                    await resp.read()
+                assert sim.driver.configured_s == pytest.approx(3 * 5.0 * scale / 1000)
+                async with sess.get(url + "/metrics") as resp:
+                    assert 'time_scale="%s"' % scale in await resp.text()
+        assert out[4.0] >= 20_000_000  # one 5 ms step x 4
+    run(go())
