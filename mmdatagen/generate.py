@@ -12,15 +12,17 @@ import sys
 import time
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import blake3
 
 from . import __version__
-from .content.images import ImageFactory
+from .content.images import ImageFactory, ImageStyle
 from .content.text import TextEngine
 from .errors import UserError
 from .io.atomic import atomic_open, atomic_write_bytes, check_target
@@ -119,6 +121,47 @@ def _lines(plan: Plan, fmt: str) -> list[list[int]]:
     return [g.tolist() for g in plan.session_groups()]
 
 
+@dataclass(frozen=True)
+class _Task:
+    """One image to render in a worker: small and cheap to pickle."""
+
+    style: ImageStyle
+    seed: int
+    image_id: int
+    width: int
+    height: int
+    file: str | None  # write the image here; None: return it as a data URL
+
+
+@lru_cache(maxsize=4)
+def _factory(style: ImageStyle, seed: int) -> ImageFactory:
+    return ImageFactory(style, seed)
+
+
+def _render(task: _Task) -> tuple[dict[str, Any], str | None]:
+    """Render and encode one image; write it (file delivery) or return its data URL."""
+    data = _factory(task.style, task.seed).encode(task.image_id, task.width, task.height)
+    meta = {"id": task.image_id, "ref": None, "width": task.width, "height": task.height,
+            "bytes": len(data), "blake3": blake3.blake3(data).hexdigest()}
+    if task.file is not None:
+        atomic_write_bytes(Path(task.file), data)
+        return meta, None
+    return meta, f"data:{task.style.mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def start_workers(workers: int = 0) -> Executor:
+    """Worker processes for image work (forked: nothing to re-import), threads where fork is
+    missing. Fork before starting threads of one's own (tokenizer loading does)."""
+    if workers < 0:
+        raise UserError("--workers must be zero (all cores) or positive")
+    workers = workers or min(os.cpu_count() or 1, 8)
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return ThreadPoolExecutor(workers)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    pool.submit(int).result()  # launch the processes now
+    return pool
+
+
 class _Images:
     """Encoded images of one run: metadata for the manifest, a bounded cache for inline rows."""
 
@@ -132,23 +175,12 @@ class _Images:
     def name(self, image_id: int) -> str:
         return f"{image_id:06d}.{self.factory.style.extension}"
 
-    def encode(self, image_id: int) -> bytes:
-        data = self.factory.encode(image_id, int(self.plan.widths[image_id]), int(self.plan.heights[image_id]))
-        if image_id not in self.meta:
-            digest = blake3.blake3(data).hexdigest()
-            self.meta[image_id] = {"id": image_id, "ref": None, "width": int(self.plan.widths[image_id]),
-                                   "height": int(self.plan.heights[image_id]), "bytes": len(data),
-                                   "blake3": digest}
-        return data
-
-    def write_file(self, image_id: int) -> None:
-        """Render, encode and atomically write one image file (safe across shards)."""
-        data = self.encode(image_id)
-        assert self.delivery.image_dir is not None
-        atomic_write_bytes(self.delivery.image_dir / self.name(image_id), data)
-        ref = self.file_ref(image_id)
-        self.meta[image_id]["ref"] = ref
-        self.refs[image_id] = ref
+    def task(self, image_id: int) -> _Task:
+        file = None
+        if self.delivery.mode != "data-url":
+            file = str(Path(self.delivery.image_dir) / self.name(image_id))
+        return _Task(self.factory.style, self.factory.seed, image_id,
+                     int(self.plan.widths[image_id]), int(self.plan.heights[image_id]), file)
 
     def file_ref(self, image_id: int) -> str:
         d = self.delivery
@@ -157,20 +189,26 @@ class _Images:
         prefix = d.path_prefix if d.path_prefix is not None else str(Path(d.image_dir).resolve())
         return f"{prefix.rstrip('/')}/{self.name(image_id)}" if prefix else self.name(image_id)
 
-    def data_url(self, image_id: int) -> str:
-        data = self.encode(image_id)
-        return f"data:{self.factory.style.mime};base64,{base64.b64encode(data).decode('ascii')}"
+    def add(self, meta: dict[str, Any], payload: str | None) -> None:
+        """Record a rendered image: its manifest entry and the reference rows will carry."""
+        image_id = meta["id"]
+        if payload is None:
+            meta["ref"] = self.file_ref(image_id)
+            self.refs[image_id] = meta["ref"]
+        else:
+            self.refs[image_id] = payload
+            self.cached_bytes += len(payload)
+        self.meta.setdefault(image_id, meta)
 
     def uuid(self, image_id: int) -> str:
         return str(uuid.uuid5(UUID_NAMESPACE, self.meta[image_id]["blake3"]))
 
 
-def _ensure_inline(images: _Images, pool: ThreadPoolExecutor, needed: list[int], bar) -> None:
-    """Encode the data URLs ``needed`` next that are not cached; evict to stay within budget."""
+def _ensure_inline(images: _Images, pool: Executor, needed: list[int], bar) -> None:
+    """Encode the data URLs ``needed`` next that are not cached."""
     missing = [i for i in dict.fromkeys(needed) if i not in images.refs]
-    for image_id, url in zip(missing, pool.map(images.data_url, missing)):
-        images.refs[image_id] = url
-        images.cached_bytes += len(url)
+    for meta, url in pool.map(_render, [images.task(i) for i in missing]):
+        images.add(meta, url)
         bar.update(1)
 
 
@@ -189,8 +227,11 @@ def _evict(images: _Images, uses: dict[int, deque], position: int) -> None:
 
 
 def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Delivery,
-             out: OutputSpec, params: dict[str, Any]) -> Result:
-    """Write the dataset shard described by ``out`` and its manifest; returns what was written."""
+             out: OutputSpec, params: dict[str, Any], executor: Executor | None = None) -> Result:
+    """Write the dataset shard described by ``out`` and its manifest; returns what was written.
+
+    ``executor`` runs the image work (see :func:`start_workers`); one is made when not given.
+    """
     started = time.perf_counter()
     delivery.validate()
     out.validate()
@@ -229,50 +270,68 @@ def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Del
         sid = plan.session_id(r) if out.fmt == "single_turn" else None
         return turn_object(row_text(r), [images.refs[i] for i in ids], uuids, sid, out.output_length)
 
-    with ThreadPoolExecutor(workers) as pool, progress(len(needed), "images", out.quiet) as ibar:
-        if delivery.mode != "data-url":
-            for _ in pool.map(images.write_file, needed):
-                ibar.update(1)
-        uses: dict[int, deque] = {}
-        for pos, r in enumerate(rows):
-            for i in plan.image_ids[r]:
-                uses.setdefault(int(i), deque()).append(pos)
-        def render(line: list[int]) -> bytes:
-            if out.fmt == "single_turn":
-                return dumps_line(turn(line[0]))
-            return dumps_line(session_object(plan.session_id(line[0]), [turn(r) for r in line]))
+    def render(line: list[int]) -> bytes:
+        if out.fmt == "single_turn":
+            return dumps_line(turn(line[0]))
+        return dumps_line(session_object(plan.session_id(line[0]), [turn(r) for r in line]))
 
-        # Inline rows hold their images: small batches keep memory flat. File rows are small.
-        chunk = max(1, workers) if delivery.mode == "data-url" else 256
-        with atomic_open(target, "wb") as fh, progress(len(rows), "rows", out.quiet) as rbar:
+    uses: dict[int, deque] = {}
+    for pos, r in enumerate(rows):
+        for i in plan.image_ids[r]:
+            uses.setdefault(int(i), deque()).append(pos)
+    own_pool = executor is None
+    if own_pool:
+        texts.tok.encode("")  # let a background tokenizer load finish before forking workers
+        executor = start_workers(out.workers)
+    try:
+        with progress(len(needed), "images", out.quiet) as ibar, \
+                atomic_open(target, "wb") as fh, progress(len(rows), "rows", out.quiet) as rbar:
+            pending = []
+            if delivery.mode != "data-url":
+                # Workers write the files while this process writes rows: a file's reference is
+                # known before it exists (unless rows carry uuids, which hash the bytes).
+                pending = [executor.submit(_render, images.task(i)) for i in needed]
+                for future in pending:
+                    future.add_done_callback(lambda _: ibar.update(1))
+                images.refs.update((i, images.file_ref(i)) for i in needed)
+                if delivery.uuids:
+                    for future in pending:
+                        images.add(*future.result())
+            # Inline rows hold their images: small batches keep memory flat.
+            chunk = max(1, workers) if delivery.mode == "data-url" else len(lines) or 1
             pos = 0
             for start in range(0, len(lines), chunk):
                 batch = lines[start:start + chunk]
                 batch_rows = [r for line in batch for r in line]
                 if delivery.mode == "data-url":
-                    _ensure_inline(images, pool, [int(i) for r in batch_rows for i in plan.image_ids[r]],
-                                   ibar)
-                for line, data in zip(batch, pool.map(render, batch)):
-                    fh.write(data)
+                    _ensure_inline(images, executor,
+                                   [int(i) for r in batch_rows for i in plan.image_ids[r]], ibar)
+                for line in batch:
+                    fh.write(render(line))
                     rbar.update(len(line))
                 pos += len(batch_rows)
                 if delivery.mode == "data-url":
                     _evict(images, uses, pos)
-        manifest = {
-            "manifest_version": 1, "mmdatagen_version": __version__, "kind": plan.kind,
-            "format": out.fmt, "params": params, "seed": plan.params.get("seed"),
-            "shard": {"index": out.shard_index, "num_shards": out.num_shards,
-                      "lines": [span.start, span.stop], "total_lines": total_lines},
-            "delivery": delivery.mode, "image_format": factory.style.fmt,
-            "image_content": factory.style.content, "text_tokens": texts.tokens,
-            "tokenizer": texts.tok.name,
-            "images": [images.meta[i] for i in sorted(images.meta)],
-            "rows": [[int(i) for i in plan.image_ids[r]] for r in rows],
-            "sessions": None if plan.sessions is None else [plan.session_id(r) for r in rows],
-            "image_uuids": ({str(i): images.uuid(i) for i in sorted(images.meta)}
-                            if delivery.uuids else None),
-        }
-        mpath = write_manifest(target, manifest)
+            for future in pending:
+                images.add(*future.result())
+    finally:
+        if own_pool:
+            executor.shutdown(cancel_futures=True)
+    manifest = {
+        "manifest_version": 1, "mmdatagen_version": __version__, "kind": plan.kind,
+        "format": out.fmt, "params": params, "seed": plan.params.get("seed"),
+        "shard": {"index": out.shard_index, "num_shards": out.num_shards,
+                  "lines": [span.start, span.stop], "total_lines": total_lines},
+        "delivery": delivery.mode, "image_format": factory.style.fmt,
+        "image_content": factory.style.content, "text_tokens": texts.tokens,
+        "tokenizer": texts.tok.name,
+        "images": [images.meta[i] for i in sorted(images.meta)],
+        "rows": [[int(i) for i in plan.image_ids[r]] for r in rows],
+        "sessions": None if plan.sessions is None else [plan.session_id(r) for r in rows],
+        "image_uuids": ({str(i): images.uuid(i) for i in sorted(images.meta)}
+                        if delivery.uuids else None),
+    }
+    mpath = write_manifest(target, manifest)
     return Result(path=target, manifest=mpath, rows=len(rows), images=len(needed),
                   image_dir=delivery.image_dir, seconds=time.perf_counter() - started,
                   manifest_data=manifest)

@@ -106,7 +106,7 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
     from ..content.images import ImageFactory, ImageStyle
     from ..content.text import TextEngine
     from ..content.tokenizers import get_tokenizer
-    from ..generate import Delivery, OutputSpec, generate
+    from ..generate import Delivery, OutputSpec, generate, start_workers
 
     plan = plan_fn(**plan_args, image_size=opts["image_size"], seed=opts["seed"])
     style = ImageStyle(content=opts["image_content"], fmt=opts["image_format"],
@@ -114,8 +114,6 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
                        target_bytes=opts["target_bytes"], folder=opts["image_source_dir"],
                        hf_dataset=opts["hf_dataset"], hf_image_column=opts["hf_image_column"] or "image")
     factory = ImageFactory(style, opts["seed"])
-    texts = TextEngine(get_tokenizer(opts["tokenizer"]), opts["text_tokens"], opts["seed"],
-                       opts["shared_prefix_tokens"])
     delivery = Delivery(mode=opts["delivery"],
                         image_dir=Path(opts["image_dir"]) if opts["image_dir"] else None,
                         path_prefix=opts["path_prefix"], base_url=opts["base_url"],
@@ -133,7 +131,10 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
         from ..io.hf import check_targets, write_hf
 
         check_targets(out.final_path, opts["hf_parquet"], opts["force"])
-    result = generate(plan, factory, texts, delivery, out, params)
+    with start_workers(opts["workers"]) as executor:  # fork before a tokenizer starts a thread
+        texts = TextEngine(get_tokenizer(opts["tokenizer"]), opts["text_tokens"], opts["seed"],
+                           opts["shared_prefix_tokens"])
+        result = generate(plan, factory, texts, delivery, out, params, executor)
     if hf:
         write_hf(result.path, result.image_dir, opts["hf_parquet"], opts["force"])
     if not opts["quiet"]:

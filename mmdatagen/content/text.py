@@ -36,12 +36,15 @@ def sentence_bank() -> tuple[str, ...]:
     """Fixed filler sentences built from Faker's English word list (same for every seed)."""
     from faker.providers.lorem.en_US import Provider
 
-    words = Provider.word_list
+    words = np.array(Provider.word_list, dtype=object)
     g = np.random.default_rng(0xBA4C)
-    out = []
-    for _ in range(BANK_SIZE):
-        picks = [words[i] for i in g.integers(0, len(words), int(g.integers(6, 19)))]
-        out.append(" ".join(picks).capitalize() + ("?" if g.random() < 0.08 else "."))
+    lengths = g.integers(6, 19, BANK_SIZE)
+    picks = words[g.integers(0, len(words), int(lengths.sum()))]
+    ends = np.where(g.random(BANK_SIZE) < 0.08, "?", ".")
+    out, pos = [], 0
+    for n, end in zip(lengths.tolist(), ends.tolist()):
+        out.append(" ".join(picks[pos:pos + n]).capitalize() + end)
+        pos += n
     return tuple(out)
 
 
