@@ -8,7 +8,6 @@ A subprocess, so client and server never share a GIL.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -95,8 +94,8 @@ class EmbeddedServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        if getattr(self, "proc", None) is not None and os.getpid() == os.getpid():
+    def __del__(self) -> None:  # pragma: no cover - best effort: never leave a server behind
+        if getattr(self, "proc", None) is not None:
             try:
                 self.proc.kill()
             except OSError:
