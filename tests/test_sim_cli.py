@@ -118,3 +118,20 @@ def test_sigterm_with_streams_in_flight_exits_cleanly():
         assert proc.wait(8) == 0  # not killed: a clean exit with requests in flight
     finally:
         srv.stop()
+
+
+def test_simulate_cache_sweep(run_cli, tmp_path):
+    from mmdatagen.sim.seedset import write_pool_dataset
+
+    data = tmp_path / "pool.jsonl"
+    write_pool_dataset(data, 200, 40, (640, 480), 50, seed=2)
+    res = run_cli("simulate", data, "--concurrency", "8", "--extra-inputs", "max_tokens:4",
+                  "--extra-inputs", "ignore_eos:true", "--sweep-cache-gb", "0,0.02,1",
+                  "--output-dir", tmp_path / "sw")
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "sw" / "sweep.json").read_text())["rows"]
+    rates = [r["hit_rate"] for r in rows]
+    assert rates[0] == 0 and 0 < rates[1] < rates[2] == 80.0  # 40 of 200 first references miss
+    assert "Hit rate %" in res.output
+    bad = run_cli("simulate", data, "--sweep-cache-gb", "a,b")
+    assert bad.exit_code == 2 and "--sweep-cache-gb" in bad.output

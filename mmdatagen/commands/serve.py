@@ -99,10 +99,13 @@ def serve(host, port, profile, embedding_cache_gb, key_mode, register, max_runni
 @click.option("--streaming/--no-streaming", default=True, show_default=True)
 @click.option("--output-dir", type=click.Path(path_type=Path), default=None,
               help="Write profile_export_mmdatagen.json and records.jsonl here.")
+@click.option("--sweep-cache-gb", default=None,
+              help="Comma-separated cache sizes in GiB: one virtual run each, printed as a table "
+                   "(and sweep.json in --output-dir) instead of one run's export.")
 @click.option("-q", "--quiet", is_flag=True, help="No table.")
 def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_running, token_budget,
              concurrency, request_rate, arrival, seed, request_count, warmup_request_count,
-             extra_inputs, streaming, output_dir, quiet):
+             extra_inputs, streaming, output_dir, sweep_cache_gb, quiet):
     """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
     from ..loadgen.payload import parse_extra_inputs
@@ -125,6 +128,11 @@ def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_runni
     extra = parse_extra_inputs(extra_inputs)
     policy = OutputPolicy(_opt_int(extra, "max_completion_tokens") or _opt_int(extra, "max_tokens"),
                           _opt_int(extra, "min_tokens") or 0, bool(extra.get("ignore_eos", False)))
+    if sweep_cache_gb is not None:
+        _sweep(Path(dataset), prof, sweep_cache_gb, output_dir, quiet, concurrency=concurrency,
+               request_count=request_count, warmup_count=warmup_request_count, policy=policy,
+               streaming=streaming, request_rate=request_rate, arrival=arrival, seed=seed)
+        return
     res = run_simulation(Path(dataset), prof, embedding_cache_gb, concurrency, request_count,
                          warmup_request_count, policy, streaming, request_rate, arrival, seed)
     cache = res.engine.cache.counters()
@@ -145,6 +153,32 @@ def simulate(dataset, profile, embedding_cache_gb, key_mode, register, max_runni
         q = max(1, cache["queries"])
         click.echo(f"embedding cache: {cache['hits']}/{cache['queries']} hits ({cache['hits'] / q:.1%}), "
                    f"{cache['evictions']} evictions, {cache['entries']} entries held (simulated)")
+
+
+def _sweep(dataset: Path, prof, spec: str, output_dir: Path | None, quiet: bool,
+           request_count: int | None, **kw) -> None:
+    import orjson
+
+    from ..io.atomic import atomic_open
+    from ..sim.virtual import load_turns, sweep_cache, sweep_table
+
+    try:
+        sizes = [float(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--sweep-cache-gb expects numbers like 0,0.5,10, got {spec!r}") from None
+    if not sizes or any(x < 0 for x in sizes):
+        raise UserError("--sweep-cache-gb needs one or more sizes >= 0")
+    turns = load_turns(dataset, prof)
+    rows = sweep_cache(turns, prof, sizes, request_count=request_count or len(turns),
+                       wrap=request_count is not None, **kw)
+    if output_dir is not None:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        with atomic_open(Path(output_dir) / "sweep.json", "wb") as fh:
+            fh.write(orjson.dumps({"profile": prof.name, "dataset": str(dataset), "rows": rows},
+                                  option=orjson.OPT_INDENT_2))
+    if not quiet:
+        click.echo(sweep_table(rows))
+        click.echo("(simulated: mmdatagen's performance model, not a measurement)")
 
 
 def _opt_int(extra: dict, key: str) -> int | None:

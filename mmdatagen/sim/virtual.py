@@ -270,3 +270,40 @@ def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency
                     request_count if request_count else len(turns), warmup_count, policy,
                     streaming, wrap=request_count is not None, request_rate=request_rate,
                     arrival=arrival, seed=seed)
+
+
+SWEEP_COLUMNS = (("cache_gb", "Cache GiB"), ("hit_rate", "Hit rate %"),
+                 ("output_token_throughput", "Output TPS"), ("time_to_first_token", "TTFT avg ms"),
+                 ("ttft_p50", "TTFT p50 ms"), ("inter_token_latency", "ITL avg ms"),
+                 ("request_latency", "Latency avg ms"))
+
+
+def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], **kw) -> list[dict]:
+    """One virtual run per cache size: hit rate (profiling) and headline metrics."""
+    from ..metrics import build_export
+
+    rows = []
+    for gb in sizes_gb:
+        res = simulate(turns, profile, gb, **kw)
+        ex = build_export(res.records, input_config={})
+        prof = [r for r in res.records if r.phase == "profiling"]
+        refs = sum(r.image_hits + r.image_misses for r in prof)
+        row = {"cache_gb": gb,
+               "hit_rate": 100.0 * sum(r.image_hits for r in prof) / refs if refs else None,
+               "ttft_p50": (ex.get("time_to_first_token") or {}).get("p50")}
+        for tag in ("output_token_throughput", "time_to_first_token", "inter_token_latency",
+                    "request_latency"):
+            row[tag] = (ex.get(tag) or {}).get("avg")
+        rows.append(row)
+    return rows
+
+
+def sweep_table(rows: list[dict]) -> str:
+    """Plain-text table of :func:`sweep_cache` rows."""
+    head = [h for _, h in SWEEP_COLUMNS]
+    body = [[("-" if r[k] is None else f"{r[k]:,.2f}" if k != "cache_gb" else f"{r[k]:g}")
+             for k, _ in SWEEP_COLUMNS] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
