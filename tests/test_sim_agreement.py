@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import pytest
+from sim_helpers import run, running
 
 from mmdatagen.metrics import build_export
 from mmdatagen.sim.probe import chat_bodies, drive
 from mmdatagen.sim.profile import load_profile
 from mmdatagen.sim.seedset import write_pool_dataset
 from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
-
-from sim_helpers import run, running
 
 PUBLISHED = {10.0: {"output_token_throughput": 3575.6, "time_to_first_token": 526.0,
                     "ttft_p50": 356.8, "inter_token_latency": 14.1, "request_latency": 2630.0},

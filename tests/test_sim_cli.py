@@ -7,11 +7,10 @@ import urllib.request
 
 import orjson
 import pytest
+from sim_helpers import MODEL, png_url
 
 from mmdatagen.errors import UserError
 from mmdatagen.sim.embedded import EmbeddedServer
-
-from sim_helpers import MODEL, png_url
 
 
 def test_embedded_server_serves_and_stops_cleanly():
@@ -71,7 +70,6 @@ def test_simulate_cli_writes_exports(run_cli, tmp_path):
 def test_serve_sigint_subprocess(tmp_path):
     import subprocess
     import sys
-    import time
 
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen([sys.executable, "-m", "mmdatagen", "serve", "--port", "0",

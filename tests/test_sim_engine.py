@@ -7,14 +7,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from sim_helpers import fast_profile, png_url
 
 from mmdatagen.errors import UserError
 from mmdatagen.sim.cache import EmbeddingCache
 from mmdatagen.sim.engine import Engine, SimImage, SimRequest
 from mmdatagen.sim.profile import load_profile, profile_from_dict
-from mmdatagen.sim.virtual import OutputPolicy, SimTurn, load_turns, simulate
-
-from sim_helpers import fast_profile, png_url
+from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
 
 
 def test_cache_lru_matches_reference_and_skips_oversize():

@@ -4,11 +4,10 @@ from __future__ import annotations
 import aiohttp
 import orjson
 import pytest
+from sim_helpers import chat, run, running
 
 from mmdatagen.errors import UserError
 from mmdatagen.sim.faults import FaultConfig, FaultInjector
-
-from sim_helpers import chat, run, running
 
 STREAM = dict(stream=True, max_tokens=6, ignore_eos=True, stream_options={"include_usage": True})
 

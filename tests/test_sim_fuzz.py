@@ -4,11 +4,10 @@ from __future__ import annotations
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sim_helpers import MODEL, fast_profile, png_url
 
 from mmdatagen.sim.protocol import ImageResolver, RequestError, parse_body
 from mmdatagen.vlm import get_model
-
-from sim_helpers import MODEL, fast_profile, png_url
 
 PROFILE = fast_profile()
 RESOLVER = ImageResolver(get_model(PROFILE.model), PROFILE)

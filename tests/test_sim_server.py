@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import orjson
 import pytest
-
 from sim_helpers import MODEL, chat, fast_profile, png_url, run, running
 
 

@@ -31,7 +31,7 @@ class EmbeddedServer:
         self.port = 0
         self._tmp: tempfile.TemporaryDirectory | None = None
 
-    def start(self) -> "EmbeddedServer":
+    def start(self) -> EmbeddedServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="mmdatagen-serve-")
         ready = Path(self._tmp.name) / "ready.json"
         log = open(Path(self._tmp.name) / "stderr.log", "wb")
@@ -88,7 +88,7 @@ class EmbeddedServer:
             self._tmp = None
         return code
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> EmbeddedServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -34,12 +34,28 @@ class SimImage:
 class SimRequest:
     """A request inside the engine; times are in the driver's clock (ms)."""
 
-    __slots__ = ("rid", "text_tokens", "images", "prompt_tokens", "target_tokens", "arrival",
-                 "prefilled", "emitted", "first_token_t", "end_t", "hits", "misses",
-                 "encoded", "notify", "done", "tag", "enc_ready")
+    __slots__ = (
+        "arrival",
+        "done",
+        "emitted",
+        "enc_ready",
+        "encoded",
+        "end_t",
+        "first_token_t",
+        "hits",
+        "images",
+        "misses",
+        "notify",
+        "prefilled",
+        "prompt_tokens",
+        "rid",
+        "tag",
+        "target_tokens",
+        "text_tokens",
+    )
 
     def __init__(self, rid: int, text_tokens: int, images: list[SimImage], target_tokens: int,
-                 arrival: float = 0.0, notify: Callable[["SimRequest"], None] | None = None,
+                 arrival: float = 0.0, notify: Callable[[SimRequest], None] | None = None,
                  tag: object = None) -> None:
         self.rid = rid
         self.text_tokens = text_tokens

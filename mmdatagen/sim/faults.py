@@ -22,7 +22,7 @@ class FaultConfig:
     malformed_rate: float = 0.0
     seed: int = 0
 
-    def validate(self) -> "FaultConfig":
+    def validate(self) -> FaultConfig:
         for name in ("error_rate", "disconnect_rate", "stall_first_rate", "stall_token_rate",
                      "malformed_rate"):
             v = getattr(self, name)

@@ -57,7 +57,7 @@ class Profile:
                         self.per_encoder_token_ms, self.per_encoder_image_ms,
                         self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms))
 
-    def validate(self) -> "Profile":
+    def validate(self) -> Profile:
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
@@ -74,7 +74,7 @@ class Profile:
             raise UserError(f"profile {self.name}: text_bytes_per_token must be positive")
         return self
 
-    def with_overrides(self, **kw: Any) -> "Profile":
+    def with_overrides(self, **kw: Any) -> Profile:
         """A copy with some fields replaced (None values ignored), validated."""
         kw = {k: v for k, v in kw.items() if v is not None}
         return replace(self, **kw).validate()

@@ -14,7 +14,13 @@ import blake3
 import orjson
 
 from ..errors import DatasetError, UserError
-from ..io.imageref import bytes_key, decode_data_url, image_dims, pixel_key, reference_key
+from ..io.imageref import (
+    bytes_key,
+    decode_data_url,
+    image_dims,
+    pixel_key,
+    reference_key,
+)
 from ..vlm import VisionModel
 from .engine import SimImage
 from .profile import Profile
@@ -105,7 +111,7 @@ class ImageResolver:
                 w, h = image_dims(data)
             except DatasetError as exc:
                 raise RequestError(400, f"invalid image: {exc}") from None
-            except Exception as exc:  # e.g. PIL's DecompressionBombError: never crash on input
+            except Exception as exc:  # noqa: BLE001 - e.g. PIL's DecompressionBombError: never crash on input
                 raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
             sized = self._sized("", w, h, False)  # size checks before any pixel decoding
             try:
@@ -119,7 +125,7 @@ class ImageResolver:
                     key = bytes_key(data)
             except DatasetError as exc:
                 raise RequestError(400, f"invalid image: {exc}") from None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
             return SimImage(key, sized.tokens, sized.prompt_tokens, sized.nbytes, False)
         w, h = self.p.default_image_size
@@ -247,7 +253,7 @@ def parse_body(raw: bytes, kind: str, profile: Profile, resolver: ImageResolver,
 class Responder:
     """Pre-serialised response pieces for one request (streaming chunks and final bodies)."""
 
-    __slots__ = ("req", "rid", "created", "model", "_pre")
+    __slots__ = ("_pre", "created", "model", "req", "rid")
 
     def __init__(self, req: ParsedRequest, rid: str) -> None:
         self.req, self.rid = req, rid

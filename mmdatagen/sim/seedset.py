@@ -49,6 +49,5 @@ def write_pool_dataset(path: Path, num_requests: int = 1000, pool_size: int = 20
     ids = [int(x) for x in plan.image_ids[:, 0]]
     urls = {i: png_data_url(i, *size) for i in set(ids)}
     with open(path, "wb") as fh:
-        for row, i in enumerate(ids):
-            fh.write(orjson.dumps({"text": text_of(text_tokens, row), "image": urls[i]}) + b"\n")
+        fh.writelines(orjson.dumps({"text": text_of(text_tokens, row), "image": urls[i]}) + b"\n" for row, i in enumerate(ids))
     return ids

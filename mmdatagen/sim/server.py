@@ -17,7 +17,15 @@ from ..vlm import get_model
 from .engine import Engine, SimRequest
 from .faults import FaultConfig, FaultInjector, RequestFaults
 from .profile import Profile
-from .protocol import DONE, NOTICE, ImageResolver, RequestError, Responder, error_body, parse_body
+from .protocol import (
+    DONE,
+    NOTICE,
+    ImageResolver,
+    RequestError,
+    Responder,
+    error_body,
+    parse_body,
+)
 
 MAX_LAG_S = 0.05  # behind schedule by more than this: restart the step clock instead of catching up
 JSON = "application/json"
@@ -72,7 +80,7 @@ class RealtimeDriver:
                 continue
             deadline = next_start + dur * scale / 1000.0
             delay = deadline - time.perf_counter()
-            await asyncio.sleep(delay if delay > 0 else 0)
+            await asyncio.sleep(max(0, delay))
             self.late_s += max(0.0, time.perf_counter() - deadline)
             self.configured_s += dur * scale / 1000.0
             eng.end_step((deadline - self.t0) * 1000.0 / scale)
@@ -257,7 +265,7 @@ class SimServer:
                                code="request_too_large")
         except RequestError as exc:
             return self._error(exc.status, exc.message, exc.etype, exc.code)
-        except Exception as exc:  # a request must never take the server down
+        except Exception as exc:  # noqa: BLE001 - a request must never take the server down
             return self._error(400, f"cannot process request: {type(exc).__name__}")
         faults = self.faults.draw(parsed.target_tokens)
         if faults.error:
