@@ -38,8 +38,10 @@ class EmbeddedServer:
         cmd = [sys.executable, "-m", "mmdatagen", "serve", "--host", "127.0.0.1", "--port", "0",
                "--profile", self.profile, "--embedding-cache-gb", str(self.cache_gb),
                "--time-scale", str(self.time_scale), "--ready-file", str(ready), *self.extra_args]
+        # Own session: a Ctrl-C at the terminal reaches the loader only, which then drains its
+        # in-flight requests for its grace period and stops the simulator itself.
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         deadline = time.monotonic() + self.startup_timeout
         while not ready.exists():
