@@ -5,7 +5,7 @@
 1. Request rate: short non-streaming text requests at concurrency 32 against a zero-delay
    server (a minimal uvloop HTTP/1.1 server in a subprocess, so it outpaces any client on the
    other core). Runs mmdatagen's raw client, its aiohttp client and, when installed, AIPerf
-   (``--aiperf``, ``$AIPERF``, ``aiperf`` on PATH or /tmp/aiperf-venv/bin/aiperf; it runs with
+   (``--aiperf PATH``, ``$AIPERF`` or ``aiperf`` on PATH, e.g. from a separate virtualenv; it runs with
    ``--tokenizer builtin`` offline), interleaved, and prints ratios measured in this run.
 2. Client-added TTFT (client TTFT - the server's ``x-mmdatagen-server-ttft-ns``) p50 at
    concurrency 64, streaming, against the minimal server answering 20 ms after the last request
@@ -185,8 +185,7 @@ def run_ours(path: Path, url: str, out: Path, *, requests: int, concurrency: int
 
 
 def find_aiperf(arg: str | None) -> str | None:
-    for cand in (arg, os.environ.get("AIPERF"), shutil.which("aiperf"),
-                 "/tmp/aiperf-venv/bin/aiperf"):
+    for cand in (arg, os.environ.get("AIPERF"), shutil.which("aiperf")):
         if cand and Path(cand).exists():
             return cand
     return None
