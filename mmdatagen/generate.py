@@ -64,7 +64,7 @@ class OutputSpec:
     quiet: bool = False
     workers: int = 0
     output_length: int | None = None
-    cache_mb: int = 192
+    cache_mb: int = 96
 
     def validate(self) -> None:
         if self.fmt not in OUTPUT_FORMATS:
