@@ -201,7 +201,7 @@ class _Identifier:
         imageref.parse_ref(head + ",")  # data URLs must be base64: one-line error otherwise
         canonical = digest
         if _canonical_b64(raw):
-            dims = _header_dims(raw)
+            dims = imageref.data_url_dims(raw)
         else:  # non-canonical (stray bits) or malformed: decode, validate, re-encode canonically
             data = imageref.decode_data_url(ref)
             dims = imageref.image_dims(data)
@@ -213,7 +213,6 @@ class _Identifier:
 
 
 _B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_HEADER_CHARS = 1 << 16  # base64 characters decoded to read dimensions (48 KiB of image)
 
 
 def _canonical_b64(raw: bytes) -> bool:
@@ -226,16 +225,6 @@ def _canonical_b64(raw: bytes) -> bool:
         if last < 0 or last & (0b1111 if len(rest) == 2 else 0b11):
             return False
     return len(raw) > 0
-
-
-def _header_dims(raw: bytes) -> tuple[int, int]:
-    """Image dimensions from the first bytes; the whole payload when the header is longer."""
-    if len(raw) > _HEADER_CHARS:
-        try:
-            return imageref.image_dims(base64.b64decode(raw[:_HEADER_CHARS]))
-        except DatasetError:
-            pass
-    return imageref.image_dims(base64.b64decode(raw))
 
 
 def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",

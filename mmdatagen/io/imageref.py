@@ -87,6 +87,25 @@ def image_dims(data: bytes) -> tuple[int, int]:
         raise DatasetError("unsupported or corrupt image data") from None
 
 
+HEADER_B64_CHARS = 1 << 16  # base64 characters decoded to read dimensions (48 KiB of image)
+
+
+def data_url_dims(payload: str | bytes) -> tuple[int, int]:
+    """(width, height) of a base64 image payload, decoding only its first 48 KiB when the
+    header is there (it almost always is), else the whole payload."""
+    raw = payload.encode("ascii", "replace") if isinstance(payload, str) else payload
+    if len(raw) > HEADER_B64_CHARS:
+        try:
+            return image_dims(base64.b64decode(raw[:HEADER_B64_CHARS]))
+        except (DatasetError, binascii.Error, ValueError):
+            pass
+    try:
+        data = base64.b64decode(raw)
+    except (binascii.Error, ValueError):
+        raise DatasetError("malformed base64 in data URL") from None
+    return image_dims(data)
+
+
 def bytes_key(data: bytes) -> str:
     """vLLM-style key: a hash of the original encoded bytes."""
     return blake3.blake3(data).hexdigest()

@@ -7,13 +7,13 @@ through a byte LRU of the cache capacity.
 """
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any
 
 import blake3
 import numpy as np
 
+from ..errors import DatasetError
+from ..io.imageref import data_url_dims
 from ..io.readers import Turn
 from ..vlm import VisionModel
 
@@ -21,18 +21,10 @@ DEFAULT_URL_SIZE = (640, 480)  # http(s) URLs are not fetched; the simulator ass
 
 
 def _dims_of_data_url(url: str) -> tuple[int, int] | None:
-    from PIL import Image
-
-    _, _, payload = url.partition(",")
-    for n in (87384, len(payload)):  # the header is almost always in the first 64 KiB
-        chunk = payload[: n - n % 4]
-        try:
-            data = base64.b64decode(chunk)
-            with Image.open(io.BytesIO(data)) as img:
-                return img.size
-        except Exception:  # noqa: BLE001 - try the whole payload, then give up
-            continue
-    return None
+    try:
+        return data_url_dims(url.partition(",")[2])
+    except DatasetError:
+        return None
 
 
 class ImageTracker:
