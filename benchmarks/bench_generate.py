@@ -11,7 +11,6 @@ scaled up linearly (say --full-naive to run it whole: about two minutes).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import random

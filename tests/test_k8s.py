@@ -7,12 +7,11 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from k8s_helpers import (K8S, ROOT, argv, documents, job, mounts_of, replace_value,
+from k8s_helpers import (ROOT, argv, documents, job, mounts_of, replace_value,
                          without_shard_flags)
 
 # Sizes added after a manifest's own flags (the last value wins) where its real sizes are slow.
@@ -144,23 +143,12 @@ def test_sliding_window_job(run_cli, volume):
 
 
 @pytest.fixture
-def simulator(tmp_path):
-    """``mmdatagen serve`` (zero-delay profile) on a free loopback port standing in for the service."""
-    ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "mmdatagen", "serve", "--port", "0",
-                             "--profile", "zero-delay", "--ready-file", str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            if ready.is_file() and ready.read_text().strip():
-                break
-            assert proc.poll() is None, "simulator exited"
-            import time
-            time.sleep(0.05)
-        yield json.loads(ready.read_text())["url"]
-    finally:
-        proc.terminate()
-        proc.wait(10)
+def simulator():
+    """The embedded simulator (zero-delay profile) standing in for the service."""
+    from mmdatagen.sim.embedded import EmbeddedServer
+
+    with EmbeddedServer(profile="zero-delay", cache_gb=0) as server:
+        yield server.url
 
 
 def test_seed_a_job_then_bench_job(run_cli, volume, simulator):

@@ -20,6 +20,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from ..errors import UserError
+from .replay import insert
 
 DISPATCH = ("file", "sessions")
 
@@ -106,16 +107,7 @@ def completion_hits(ev: np.ndarray, row_refs: list[np.ndarray], obj_sizes: np.nd
             if x in cache:
                 cache.move_to_end(x)
                 continue
-            s = sizes[x]
-            if s > capacity:
-                if oversize == "flush":
-                    cache.clear()
-                    used = 0
-                continue
-            cache[x] = s
-            used += s
-            while used > capacity:
-                used -= cache.popitem(last=False)[1]
+            used = insert(cache, used, x, sizes[x], capacity, oversize)
     return hits
 
 

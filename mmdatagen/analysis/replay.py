@@ -8,6 +8,20 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 
+def insert(cache: OrderedDict, used: int, key, size: int, capacity: float, oversize: str) -> int:
+    """Store a missed ``key`` at the MRU end, evicting from the LRU end; returns bytes used."""
+    if size > capacity:
+        if oversize == "flush":
+            cache.clear()
+            return 0
+        return used
+    cache[key] = size
+    used += size
+    while used > capacity:
+        used -= cache.popitem(last=False)[1]
+    return used
+
+
 def replay_lru(keys: Sequence, sizes: Sequence[int], capacity: float,
                oversize: str = "bypass") -> list[bool]:
     """Hit (True) or miss per reference in a byte LRU of ``capacity`` with whole-object eviction.
@@ -24,14 +38,5 @@ def replay_lru(keys: Sequence, sizes: Sequence[int], capacity: float,
             out.append(True)
             continue
         out.append(False)
-        if size > capacity:
-            if oversize == "flush":
-                cache.clear()
-                used = 0
-            continue
-        cache[key] = size
-        used += size
-        while used > capacity:
-            _, old = cache.popitem(last=False)
-            used -= old
+        used = insert(cache, used, key, size, capacity, oversize)
     return out
