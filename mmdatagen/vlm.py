@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 from .errors import UserError
 
 MAX_ASPECT_RATIO = 200
+GRID_BYTES = 24  # the int64 (t, h, w) grid stored beside the pixel values
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ class VisionModel:
     deepstack_factor: int = 1
     tokenizer: str | None = None
     tokens_per_image: int | None = None
+    temporal_patch_size: int = 2
+    in_channels: int = 3
+    pixel_dtype_bytes: int = 1  # processed pixel values are kept as uint8 (vLLM's default)
 
     @property
     def factor(self) -> int:
@@ -79,6 +84,30 @@ class VisionModel:
         factor = self.deepstack_factor if real_width else 1
         return self.image_tokens(width, height) * self.bytes_per_token * factor
 
+    def patches(self, width: int, height: int) -> int:
+        """Vision patches of one image after resizing (one temporal group for a still image)."""
+        if self.tokens_per_image is not None:
+            raise UserError(f"model {self.name!r} has no patch geometry: give --patch-size and "
+                            "--merge-size (or --model-path) to size processor-cache entries")
+        w, h = self.resized(width, height)
+        return (w // self.patch_size) * (h // self.patch_size)
+
+    def processor_bytes(self, width: int, height: int) -> int:
+        """Bytes of one image's processed inputs: pixel patches of channels x temporal patch x
+        patch x patch values, plus the int64 (t, h, w) grid."""
+        per_patch = self.in_channels * self.temporal_patch_size * self.patch_size ** 2
+        return self.patches(width, height) * per_patch * self.pixel_dtype_bytes + GRID_BYTES
+
+    def geometry(self) -> dict:
+        """The values that decide tokens and entry sizes (for reports and exports)."""
+        if self.tokens_per_image is not None:
+            return {"tokens_per_image": self.tokens_per_image,
+                    "bytes_per_token": self.bytes_per_token}
+        return {"patch_size": self.patch_size, "merge_size": self.merge_size,
+                "temporal_patch_size": self.temporal_patch_size, "min_pixels": self.min_pixels,
+                "max_pixels": self.max_pixels, "hidden_size": self.hidden_size,
+                "dtype_bytes": self.dtype_bytes, "deepstack_factor": self.deepstack_factor}
+
 
 @lru_cache(maxsize=1)
 def _registry() -> dict:
@@ -111,3 +140,107 @@ def generic_model(tokens_per_image: int, bytes_per_token: int) -> VisionModel:
         raise UserError("--tokens-per-image and --bytes-per-token must be positive")
     return VisionModel(name="generic", hidden_size=bytes_per_token, dtype_bytes=1,
                        tokens_per_image=tokens_per_image)
+
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4,
+               "float8_e4m3fn": 1, "fp8": 1, "uint8": 1}
+GEOMETRY_FIELDS = ("patch_size", "merge_size", "temporal_patch_size", "min_pixels", "max_pixels",
+                   "hidden_size", "dtype_bytes")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc.__class__.__name__}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a JSON object")
+    return data
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def model_from_folder(folder: str | Path) -> VisionModel:
+    """Geometry of a local Hugging Face checkpoint: ``config.json`` plus its image processor
+    config (``preprocessor_config.json``, or ``processor_config.json``'s ``image_processor``)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{folder} is not a Hugging Face model folder (no config.json)")
+    cfg = _read_json(folder / "config.json")
+    pre: dict = {}
+    if (folder / "preprocessor_config.json").is_file():
+        pre = _read_json(folder / "preprocessor_config.json")
+    elif (folder / "processor_config.json").is_file():
+        pre = _read_json(folder / "processor_config.json").get("image_processor") or {}
+    text = cfg.get("text_config") or cfg
+    vision = cfg.get("vision_config") or {}
+    size = pre.get("size") if isinstance(pre.get("size"), dict) else {}
+    dtype = _first(text.get("dtype"), text.get("torch_dtype"), cfg.get("dtype"),
+                   cfg.get("torch_dtype"), "bfloat16")
+    fields = {
+        "patch_size": _first(pre.get("patch_size"), vision.get("patch_size")),
+        "merge_size": _first(pre.get("merge_size"), vision.get("spatial_merge_size")),
+        "temporal_patch_size": _first(pre.get("temporal_patch_size"),
+                                      vision.get("temporal_patch_size"), 2),
+        "min_pixels": _first(pre.get("min_pixels"), size.get("shortest_edge")),
+        "max_pixels": _first(pre.get("max_pixels"), size.get("longest_edge")),
+        "hidden_size": _first(text.get("hidden_size"), cfg.get("hidden_size")),
+    }
+    missing = [k for k, v in fields.items() if v is None]
+    if missing:
+        raise UserError(f"{folder}: cannot find {', '.join(missing)} in config.json or the "
+                        "image processor config; give them as flags")
+    try:
+        fields = {k: int(v) for k, v in fields.items()}
+    except (TypeError, ValueError):
+        raise UserError(f"{folder}: geometry values must be integers") from None
+    deepstack = 1 + len(vision.get("deepstack_visual_indexes") or ())
+    return VisionModel(name=str(folder.name), family=str(cfg.get("model_type", "local")),
+                       dtype_bytes=DTYPE_BYTES.get(str(dtype), 2), deepstack_factor=deepstack,
+                       **fields)
+
+
+def with_geometry(model: VisionModel, **overrides: int | None) -> VisionModel:
+    """``model`` with the given geometry values replaced (None leaves a value as it is)."""
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(changes) - set(GEOMETRY_FIELDS)
+    if unknown:
+        raise UserError(f"unknown geometry field(s): {', '.join(sorted(unknown))}")
+    for k, v in changes.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise UserError(f"geometry value {k} must be a positive integer, got {v!r}")
+    return replace(model, **changes) if changes else model
+
+
+def resolve_model(name: str | None = None, path: str | Path | None = None,
+                  **geometry: int | None) -> VisionModel:
+    """The model whose geometry sizes cache entries: a local folder (``path``, or ``name`` when
+    it names an existing folder), else a registry name, else the geometry given alone
+    (patch size, merge size and hidden size at least); geometry values override either."""
+    if path is not None:
+        base = model_from_folder(path)
+    elif name and Path(name).is_dir():
+        base = model_from_folder(name)
+    elif name and _known(name):
+        base = get_model(name)
+    elif all(geometry.get(k) for k in ("patch_size", "merge_size", "hidden_size")):
+        base = VisionModel(name=name or "custom", hidden_size=int(geometry["hidden_size"]),
+                           family="custom")
+    elif name:
+        raise UserError(f"model {name!r} is not in the registry and is not a local folder: give "
+                        "--model-path DIR (config.json + preprocessor_config.json) or the "
+                        "geometry (--patch-size, --merge-size, --hidden-size, ...); known: "
+                        f"{', '.join(model_names())}")
+    else:
+        raise UserError("no model: give --model, --model-path or the geometry flags")
+    return with_geometry(base, **geometry)
+
+
+def _known(name: str) -> bool:
+    try:
+        get_model(name)
+    except UserError:
+        return False
+    return True

@@ -5,13 +5,11 @@ AIPerf JSONL and identifying each image as an engine would (``KEY_MODES`` of ``i
 """
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import blake3
 import numpy as np
 
 from ..errors import DatasetError, UserError
@@ -131,100 +129,30 @@ def trace_from_manifest(manifest: dict, source: str = "manifest") -> Trace:
 
 
 class _Identifier:
-    """Turns image references into dense object ids under one key mode, memoising by string."""
+    """Dense object ids for image references under one key mode (identity: ``io/imageref``)."""
 
     def __init__(self, mode: str, dataset_dir: Path | None):
         if mode not in imageref.KEY_MODES:
             raise UserError(f"unknown key mode {mode!r}; choose from {', '.join(imageref.KEY_MODES)}")
-        self.mode, self.dir = mode, dataset_dir
-        self.by_ref: dict = {}
+        self.identify = imageref.ImageIdentifier(mode, dataset_dir)
         self.by_key: dict = {}
         self.widths: list[int] = []
         self.heights: list[int] = []
-        self.saw_uuids = False
 
-    def _object(self, key, dims: tuple[int, int]) -> int:
-        oid = self.by_key.get(key)
-        if oid is None:
-            oid = self.by_key[key] = len(self.widths)
-            self.widths.append(dims[0])
-            self.heights.append(dims[1])
-        elif self.widths[oid] <= 0 < dims[0]:
-            self.widths[oid], self.heights[oid] = dims
-        return oid
-
-    def _key_and_dims(self, ref: str) -> tuple[object, tuple[int, int]]:
-        parsed = imageref.parse_ref(ref)
-        if parsed.kind == "url":
-            return ("url", ref), (0, 0)  # the server fetches it: only the URL string is known
-        data = imageref.load_bytes(ref, self.dir)
-        dims = imageref.image_dims(data)
-        if self.mode == "pixels":  # data URLs reach here only in this mode
-            # only PNG re-encoding (AIPerf re-encodes local files) keeps the pixels
-            lossless = parsed.kind == "data" or data[:8] == b"\x89PNG\r\n\x1a\n"
-            return ("px" if lossless else "file-px", imageref.pixel_key(data)), dims
-        # a local file: AIPerf re-encodes it deterministically, so the engine never sees its
-        # bytes but equal files give equal requests (and equal reference strings)
-        return ("file", imageref.bytes_key(data)), dims
+    @property
+    def saw_uuids(self) -> bool:
+        return self.identify.saw_uuids
 
     def __call__(self, ref: str, uuid: str | None) -> int:
-        self.saw_uuids = self.saw_uuids or bool(uuid)
-        if self.mode == "uuid" and uuid:
-            dims = (0, 0)
-            if ref:
-                dims = self._lookup(ref)[1]
-            return self._object(("uuid", uuid), dims)
-        if not ref:
-            raise DatasetError("an image reference without a uuid is empty")
-        key, dims = self._lookup(ref)
-        return self._object(key, dims)
-
-    def _lookup(self, ref: str) -> tuple[object, tuple[int, int]]:
-        if ref.startswith("data:") and self.mode != "pixels":
-            return self._data_url(ref)
-        memo = ref if len(ref) <= 256 else blake3.blake3(ref.encode()).digest()  # flat memory
-        hit = self.by_ref.get(memo)
-        if hit is None:
-            hit = self.by_ref[memo] = self._key_and_dims(ref)
-        return hit
-
-    def _data_url(self, ref: str) -> tuple[object, tuple[int, int]]:
-        """Fast path for base64 data URLs: key on the canonical base64 text, decode only the
-        header for the dimensions (equal bytes <=> equal canonical base64)."""
-        head, _, payload = ref.partition(",")
-        raw = payload.encode()
-        digest = blake3.blake3(raw).digest()
-        memo = (head, digest)
-        hit = self.by_ref.get(memo)
-        if hit is not None:
-            return hit
-        imageref.parse_ref(head + ",")  # data URLs must be base64: one-line error otherwise
-        canonical = digest
-        if _canonical_b64(raw):
-            dims = imageref.data_url_dims(raw)
-        else:  # non-canonical (stray bits) or malformed: decode, validate, re-encode canonically
-            data = imageref.decode_data_url(ref)
-            dims = imageref.image_dims(data)
-            canonical = blake3.blake3(base64.b64encode(data)).digest()
-        # reference mode keys the URL string itself (head and payload as written)
-        key = ("ref", head, digest) if self.mode == "reference" else ("data", canonical)
-        hit = self.by_ref[memo] = (key, dims)
-        return hit
-
-
-_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-
-def _canonical_b64(raw: bytes) -> bool:
-    """Is ``raw`` the one base64 text of its bytes (alphabet, padding, zero trailing bits)?"""
-    rest = raw.translate(None, _B64)
-    if len(raw) % 4 or rest not in (b"", b"=", b"==") or not raw.endswith(rest):
-        return False
-    if rest:
-        last = _B64.find(raw[-len(rest) - 1:-len(rest)])
-        if last < 0 or last & (0b1111 if len(rest) == 2 else 0b11):
-            return False
-    return len(raw) > 0
+        ident = self.identify(ref, uuid)
+        oid = self.by_key.get(ident.key)
+        if oid is None:
+            oid = self.by_key[ident.key] = len(self.widths)
+            self.widths.append(ident.width)
+            self.heights.append(ident.height)
+        elif self.widths[oid] <= 0 < ident.width:
+            self.widths[oid], self.heights[oid] = ident.width, ident.height
+        return oid
 
 
 def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",

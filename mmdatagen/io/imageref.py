@@ -128,3 +128,136 @@ def pixel_key(data: bytes) -> str:
 def reference_key(ref: str) -> str:
     """Dynamo-disaggregated key: a hash of the reference string itself."""
     return blake3.blake3(ref.encode()).hexdigest()
+
+
+# -- one identity and sizing service for analysis, simulator and the loader's prediction -------
+
+@dataclass(frozen=True)
+class Identity:
+    """An image as a cache sees it: ``key`` (equal keys <=> one cache entry under the key mode)
+    and its dimensions (0 x 0 when unknown: an http URL the server fetches, or a uuid alone)."""
+
+    key: tuple
+    width: int
+    height: int
+    remote: bool = False
+
+
+_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def canonical_b64(raw: bytes) -> bool:
+    """Is ``raw`` the one base64 text of its bytes (alphabet, padding, zero trailing bits)?"""
+    rest = raw.translate(None, _B64)
+    if len(raw) % 4 or rest not in (b"", b"=", b"==") or not raw.endswith(rest):
+        return False
+    if rest:
+        last = _B64.find(raw[-len(rest) - 1:-len(rest)])
+        if last < 0 or last & (0b1111 if len(rest) == 2 else 0b11):
+            return False
+    return len(raw) > 0
+
+
+class ImageIdentifier:
+    """Identifies image references under one key mode, memoising by reference string.
+
+    Key modes (``KEY_MODES``): ``bytes`` the encoded bytes (vLLM's content hash), ``pixels`` the
+    decoded RGB pixels (Dynamo aggregated), ``reference`` the reference string itself (Dynamo
+    disaggregated), ``uuid`` a client uuid when one is given, else the encoded bytes (vLLM).
+    A uuid with no reference is always keyed by the uuid (nothing else identifies it).
+    Local files: AIPerf re-encodes them deterministically, so equal files give equal requests.
+    """
+
+    def __init__(self, mode: str, dataset_dir: Path | None = None, memo_size: int = 1 << 20):
+        if mode not in KEY_MODES:
+            raise DatasetError(f"unknown key mode {mode!r}; choose from {', '.join(KEY_MODES)}")
+        self.mode, self.dir, self.memo_size = mode, dataset_dir, memo_size
+        self._memo: dict = {}
+        self.saw_uuids = False
+
+    def __call__(self, ref: str, uuid: str | None = None) -> Identity:
+        self.saw_uuids = self.saw_uuids or bool(uuid)
+        if not ref:
+            if not uuid:
+                raise DatasetError("an image reference without a uuid is empty")
+            return Identity(("uuid", uuid), 0, 0)
+        ident = self._lookup(ref)
+        if self.mode == "uuid" and uuid:
+            return Identity(("uuid", uuid), ident.width, ident.height, ident.remote)
+        return ident
+
+    def _remember(self, memo, ident: Identity) -> Identity:
+        if len(self._memo) >= self.memo_size:
+            self._memo.clear()
+        self._memo[memo] = ident
+        return ident
+
+    def _lookup(self, ref: str) -> Identity:
+        if ref.startswith("data:") and self.mode != "pixels":
+            return self._data_url(ref)
+        memo = ref if len(ref) <= 256 else blake3.blake3(ref.encode()).digest()  # flat memory
+        hit = self._memo.get(memo)
+        return hit if hit is not None else self._remember(memo, self._resolve(ref))
+
+    def _resolve(self, ref: str) -> Identity:
+        parsed = parse_ref(ref)
+        if parsed.kind == "url":
+            return Identity(("url", ref), 0, 0, True)  # the server fetches it
+        data = load_bytes(ref, self.dir) or b""
+        w, h = image_dims(data)
+        if self.mode == "pixels":
+            # only a lossless re-encoding (data URLs as sent, PNG files) keeps the pixels
+            lossless = parsed.kind == "data" or data[:8] == PNG_MAGIC
+            return Identity(("px" if lossless else "file-px", pixel_key(data)), w, h)
+        if self.mode == "reference":
+            return Identity(("ref", reference_key(ref)), w, h)
+        return Identity(("file", bytes_key(data)), w, h)
+
+    def _data_url(self, ref: str) -> Identity:
+        """Base64 data URLs: key on the canonical base64 text (equal bytes <=> equal canonical
+        base64) and decode only the header for the dimensions."""
+        head, _, payload = ref.partition(",")
+        raw = payload.encode("ascii", "replace")
+        digest = blake3.blake3(raw).digest()
+        memo = (head, digest)
+        hit = self._memo.get(memo)
+        if hit is not None:
+            return hit
+        parse_ref(head + ",")  # data URLs must be base64: one-line error otherwise
+        canonical = digest
+        if canonical_b64(raw):
+            dims = data_url_dims(raw)
+        else:  # non-canonical (stray bits) or malformed: decode, validate, re-encode canonically
+            data = decode_data_url(ref)
+            dims = image_dims(data)
+            canonical = blake3.blake3(base64.b64encode(data)).digest()
+        # reference mode keys the URL string itself (head and payload as written)
+        key = ("ref", head, digest) if self.mode == "reference" else ("data", canonical)
+        return self._remember(memo, Identity(key, dims[0], dims[1]))
+
+
+def entry_size(target, model, width: int, height: int, real_width: bool = False) -> int:
+    """One image's cache entry under ``target`` (a ``caches.CacheTarget``), in the unit its
+    capacity counts: bytes of embeddings, bytes of processed pixel patches, or tokens."""
+    if target.entry == "processor":
+        return model.processor_bytes(width, height)
+    if target.entry == "tokens":
+        return model.image_tokens(width, height)
+    return model.entry_bytes(width, height, real_width)
+
+
+def request_items(target, keys: list, sizes: list[int]) -> list[tuple]:
+    """A request's cache items under ``target``: one per image, or, for a cache keyed by the
+    request's whole image set (SGLang), one item for the set."""
+    if target.entry == "embedding-set":
+        return [(("set", *keys), sum(sizes))] if keys else []
+    return list(zip(keys, sizes))
+
+
+def image_flags(target, item_flags: list[bool], num_images: int) -> list[bool]:
+    """Per image, hit or miss, from the flags of :func:`request_items`' items (a set-keyed
+    cache hits or misses every image of the request at once)."""
+    if target.entry == "embedding-set":
+        return [bool(item_flags and item_flags[0])] * num_images
+    return list(item_flags)

@@ -14,7 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cache import EmbeddingCache
+from ..caches import make_cache
+from ..io.imageref import image_flags, request_items
 from .profile import Profile
 
 GIB = 1 << 30
@@ -39,11 +40,12 @@ class SimRequest:
         "done",
         "emitted",
         "enc_ready",
-        "encoded",
         "end_t",
         "first_token_t",
         "hits",
+        "finish_seq",
         "images",
+        "lookup_seq",
         "misses",
         "notify",
         "prefilled",
@@ -69,19 +71,23 @@ class SimRequest:
         self.end_t: float | None = None
         self.hits = 0
         self.misses = 0
-        self.encoded: list[SimImage] = []
         self.notify = notify
         self.done = False
         self.tag = tag
         self.enc_ready = 0.0
+        self.lookup_seq: int | None = None
+        self.finish_seq: int | None = None
 
 
 class Engine:
     """Waiting queue, running batch, embedding cache and the serial frontend of one worker."""
 
-    def __init__(self, profile: Profile, cache_gb: float) -> None:
+    def __init__(self, profile: Profile, capacity: float) -> None:
+        """``capacity`` is in the unit of the profile's cache target (GiB, MiB or tokens)."""
         self.p = profile
-        self.cache = EmbeddingCache(int(cache_gb * GIB))
+        self.target = profile.cache_target()
+        self.cache = make_cache(self.target, self.target.capacity(capacity))
+        self.cache_seq = 0  # cache events so far: lookups and finishes, in the order they happen
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.frontend_free = 0.0
@@ -91,14 +97,38 @@ class Engine:
         self.completed = 0
         self.encoded_images = 0
         self._scheduled: list[SimRequest] = []
-        self._encoded_step: list[SimImage] = []
+        self._encoded_step: list[SimRequest] = []
 
     # -- frontend -------------------------------------------------------------------------
+    def _lookup(self, req: SimRequest) -> list[bool]:
+        """The request's cache lookups (one event); per image, hit or miss."""
+        target, images = self.target, req.images
+        items = request_items(target, [im.key for im in images], [im.nbytes for im in images])
+        flags = image_flags(target, self.cache.lookup(req.rid, items), len(images))
+        req.lookup_seq = self.cache_seq
+        self.cache_seq += 1
+        req.hits = sum(flags)
+        req.misses = len(flags) - req.hits
+        return flags
+
+    def _finish(self, req: SimRequest) -> None:
+        """The target's later moment for ``req`` (encoded, released or completed)."""
+        if req.lookup_seq is None or req.finish_seq is not None:
+            return
+        self.cache.finish(req.rid)
+        req.finish_seq = self.cache_seq
+        self.cache_seq += 1
+
     def frontend_ready_at(self, req: SimRequest, now: float) -> float:
-        """When the serial frontend hands ``req`` to the engine (reserves the frontend)."""
+        """When the serial frontend hands ``req`` to the engine (reserves the frontend). A cache
+        looked up on arrival (vLLM's processor cache) is consulted here, and a hit skips the
+        image's preprocessing."""
         p = self.p
         fetch = p.url_fetch_ms if any(im.is_url for im in req.images) else 0.0
-        cost = p.frontend_request_ms + p.frontend_image_ms * len(req.images)
+        processed = len(req.images)
+        if self.target.lookup == "arrival":
+            processed = sum(not hit for hit in self._lookup(req))
+        cost = p.frontend_request_ms + p.frontend_image_ms * processed
         if cost == 0.0:
             return now + fetch
         start = max(now + fetch, self.frontend_free)
@@ -115,22 +145,19 @@ class Engine:
 
     # -- steps ----------------------------------------------------------------------------
     def _admit(self, req: SimRequest) -> tuple[int, int]:
-        """Cache lookups for a newly scheduled request; returns (encoder tokens, images)."""
-        cache, register = self.cache, self.p.register
+        """Schedule-time cache lookups; returns the encoder work (tokens, images). With a cache
+        looked up on arrival, every image is encoded (that cache holds processed pixels)."""
+        if self.target.lookup == "arrival":
+            flags = [False] * len(req.images)
+        else:
+            flags = self._lookup(req)
+            if self.target.present == "encode":
+                self._encoded_step.append(req)
         tokens = images = 0
-        for im in req.images:
-            if cache.lookup(im.key):
-                req.hits += 1
-                continue
-            req.misses += 1
-            tokens += im.tokens
-            images += 1
-            if register == "schedule":
-                cache.insert(im.key, im.nbytes)
-            else:
-                req.encoded.append(im)
-                if register == "encode":
-                    self._encoded_step.append(im)
+        for im, hit in zip(req.images, flags):
+            if not hit:
+                tokens += im.tokens
+                images += 1
         return tokens, images
 
     def begin_step(self, now: float = 0.0) -> float | None:
@@ -193,15 +220,18 @@ class Engine:
         """Emit the step's tokens at ``t_end``; returns the requests that finished."""
         finished: list[SimRequest] = []
         if self._encoded_step:
-            for im in self._encoded_step:
-                self.cache.insert(im.key, im.nbytes)
+            for r in self._encoded_step:
+                self._finish(r)
             self._encoded_step.clear()
+        release = self.target.eviction == "freeable"
         for r in self._scheduled:
             if r.done or r.prefilled < r.prompt_tokens:
                 continue
             r.emitted += 1
             if r.emitted == 1:
                 r.first_token_t = t_end
+                if release:  # the prompt is computed: its encoder entries become freeable
+                    self._finish(r)
             if r.emitted >= r.target_tokens:
                 r.end_t = t_end
                 r.done = True
@@ -211,10 +241,9 @@ class Engine:
         if finished:
             self.running = [r for r in self.running if not r.done]
             self.completed += len(finished)
-            if self.p.register == "completion":
+            if self.target.present == "completion":
                 for r in finished:
-                    for im in r.encoded:
-                        self.cache.insert(im.key, im.nbytes)
+                    self._finish(r)
         self._scheduled.clear()
         return finished
 
@@ -222,6 +251,8 @@ class Engine:
         """Drop a request (client went away); its slot frees at the next step."""
         req.done = True
         req.notify = None
+        if self.target.eviction == "freeable":
+            self._finish(req)  # an aborted request releases its entries
         if req in self.waiting:
             self.waiting.remove(req)
         else:
@@ -229,11 +260,11 @@ class Engine:
 
     def instant(self, req: SimRequest, now: float) -> None:
         """Zero-delay path: admit, finish and register ``req`` at once (no steps, no queue)."""
+        if self.target.lookup == "arrival":
+            self._lookup(req)
         self._admit(req)
-        for im in req.encoded:
-            self.cache.insert(im.key, im.nbytes)
         self._encoded_step.clear()
-        req.encoded = []
+        self._finish(req)
         req.prefilled = req.prompt_tokens
         req.emitted = req.target_tokens
         req.first_token_t = req.end_t = now

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..caches.targets import DEFAULT_TARGET, CacheTarget, get_target
 from ..errors import UserError
 from ..io.imageref import KEY_MODES
 from ..presets import find_config, load_yaml
@@ -42,8 +43,9 @@ class Profile:
     frontend_image_ms: float = 0.0
     url_fetch_ms: float = 0.0
     default_image_size: tuple[int, int] = (640, 480)
-    key_mode: str = "bytes"
-    register: str = "schedule"
+    cache: str = DEFAULT_TARGET
+    key_mode: str | None = None
+    register: str | None = None
     natural_output_tokens: int = 128
     max_model_len: int = 262144
     max_body_mb: float = 64.0
@@ -64,15 +66,36 @@ class Profile:
                 raise UserError(f"profile {self.name}: {f.name} must not be negative")
         if self.max_running < 1 or self.token_budget < 1:
             raise UserError(f"profile {self.name}: max_running and token_budget must be >= 1")
-        if self.key_mode not in KEY_MODES:
+        if self.key_mode is not None and self.key_mode not in KEY_MODES:
             raise UserError(f"profile {self.name}: key_mode must be one of {', '.join(KEY_MODES)}")
-        if self.register not in REGISTER_MODES:
+        if self.register is not None and self.register not in REGISTER_MODES:
             raise UserError(f"profile {self.name}: register must be one of {', '.join(REGISTER_MODES)}")
+        self.cache_target()
         if not 0.0 <= self.encoder_async_fraction <= 1.0:
             raise UserError(f"profile {self.name}: encoder_async_fraction must be in [0, 1]")
         if self.text_bytes_per_token <= 0:
             raise UserError(f"profile {self.name}: text_bytes_per_token must be positive")
         return self
+
+    def cache_target(self) -> CacheTarget:
+        """The cache this profile's engine runs: its target, with the profile's key mode and
+        registration moment where it sets them (only schedule-time caches can move it)."""
+        target = get_target(self.cache)
+        changes: dict[str, Any] = {}
+        if self.key_mode is not None:
+            changes["key"] = self.key_mode
+        if self.register is not None and self.register != target.present:
+            if target.lookup != "schedule" or target.eviction == "freeable":
+                raise UserError(f"profile {self.name}: register cannot be changed for cache "
+                                f"{target.name}")
+            changes["present"] = self.register
+        return replace(target, **changes) if changes else target
+
+    def for_cache(self, name: str | None) -> Profile:
+        """This profile running another cache target (its key/register overrides dropped)."""
+        if name is None or get_target(name).name == get_target(self.cache).name:
+            return self
+        return replace(self, cache=get_target(name).name, key_mode=None, register=None).validate()
 
     def with_overrides(self, **kw: Any) -> Profile:
         """A copy with some fields replaced (None values ignored), validated."""

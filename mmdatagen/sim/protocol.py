@@ -10,17 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import blake3
 import orjson
 
 from ..errors import DatasetError, UserError
-from ..io.imageref import (
-    bytes_key,
-    decode_data_url,
-    image_dims,
-    pixel_key,
-    reference_key,
-)
+from ..io.imageref import ImageIdentifier, entry_size
 from ..vlm import VisionModel
 from .engine import SimImage
 from .profile import Profile
@@ -67,76 +60,52 @@ class ParsedRequest:
 
 
 class ImageResolver:
-    """Turns image references into :class:`SimImage` (key by the profile's mode, size, bytes).
+    """Turns image references into :class:`SimImage`: identity and entry size come from the one
+    service the analysis and the loader's prediction use (``io/imageref``), under the
+    profile's cache target; errors become 400 answers. Local paths are refused (an HTTP
+    server only sees data URLs and http(s) URLs) unless ``allow_paths`` (virtual runs)."""
 
-    Results are memoised by a hash of the reference string, so a repeated data URL costs one
-    blake3 pass instead of base64 decoding and header parsing.
-    """
-
-    def __init__(self, model: VisionModel, profile: Profile, memo_size: int = 8192) -> None:
+    def __init__(self, model: VisionModel, profile: Profile, allow_paths: bool = False,
+                 dataset_dir=None) -> None:
         self.model, self.p = model, profile
-        self.mode = profile.key_mode
-        self._memo: dict[tuple[bytes, str | None], SimImage] = {}
-        self._memo_size = memo_size
+        self.target = profile.cache_target()
+        self.mode = self.target.key
+        self.allow_paths = allow_paths
+        self.identify = ImageIdentifier(self.mode, dataset_dir, memo_size=8192)
+        self._sizes: dict[tuple[int, int], tuple[int, int, int]] = {}
+
+    def _sized(self, w: int, h: int) -> tuple[int, int, int]:
+        hit = self._sizes.get((w, h))
+        if hit is None:
+            m = self.model
+            try:
+                hit = (m.image_tokens(w, h), m.prompt_tokens(w, h),
+                       entry_size(self.target, m, w, h))
+            except UserError as exc:
+                raise RequestError(400, f"image rejected: {exc}") from None
+            self._sizes[(w, h)] = hit
+        return hit
 
     def resolve(self, url: str, uuid: str | None) -> SimImage:
-        memo_key = (blake3.blake3(url.encode()).digest(), uuid)
-        hit = self._memo.get(memo_key)
-        if hit is not None:
-            return hit
-        im = self._resolve(url, uuid)
-        if len(self._memo) >= self._memo_size:
-            self._memo.clear()
-        self._memo[memo_key] = im
-        return im
-
-    def _sized(self, key: str, w: int, h: int, is_url: bool) -> SimImage:
-        m = self.model
-        try:
-            return SimImage(key, m.image_tokens(w, h), m.prompt_tokens(w, h), m.entry_bytes(w, h),
-                            is_url)
-        except UserError as exc:
-            raise RequestError(400, f"image rejected: {exc}") from None
-
-    def _resolve(self, url: str, uuid: str | None) -> SimImage:
-        mode = self.mode
         if url.startswith("data:"):
             head = url[:url.find(",")] if "," in url else url[:64]
             if ";base64" not in head:
                 raise RequestError(400, "image data URLs must be base64-encoded")
             if not head[5:].startswith("image/"):
                 raise RequestError(400, f"unsupported media type in data URL: {head[5:40]!r}")
-            try:
-                data = decode_data_url(url)
-                w, h = image_dims(data)
-            except DatasetError as exc:
-                raise RequestError(400, f"invalid image: {exc}") from None
-            except Exception as exc:  # noqa: BLE001 - e.g. PIL's DecompressionBombError: never crash on input
-                raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
-            sized = self._sized("", w, h, False)  # size checks before any pixel decoding
-            try:
-                if mode == "pixels":
-                    key = pixel_key(data)
-                elif mode == "reference":
-                    key = reference_key(url)
-                elif mode == "uuid" and uuid:
-                    key = "uuid:" + uuid
-                else:
-                    key = bytes_key(data)
-            except DatasetError as exc:
-                raise RequestError(400, f"invalid image: {exc}") from None
-            except Exception as exc:  # noqa: BLE001
-                raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
-            return SimImage(key, sized.tokens, sized.prompt_tokens, sized.nbytes, False)
-        w, h = self.p.default_image_size
-        if not url:
-            if not uuid:
-                raise RequestError(400, "image_url.url is empty and no uuid was given")
-            return self._sized("uuid:" + uuid, w, h, False)
-        if url.startswith(("http://", "https://")):
-            key = "uuid:" + uuid if (mode == "uuid" and uuid) else reference_key(url)
-            return self._sized(key, w, h, True)
-        raise RequestError(400, "image_url.url must be a data: URL or an http(s) URL")
+        elif url and not url.startswith(("http://", "https://")) and not self.allow_paths:
+            raise RequestError(400, "image_url.url must be a data: URL or an http(s) URL")
+        if not url and not uuid:
+            raise RequestError(400, "image_url.url is empty and no uuid was given")
+        try:
+            ident = self.identify(url, uuid)
+        except DatasetError as exc:
+            raise RequestError(400, f"invalid image: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - e.g. PIL's DecompressionBombError: never crash on input
+            raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
+        w, h = (ident.width, ident.height) if ident.width > 0 else self.p.default_image_size
+        tokens, prompt, nbytes = self._sized(w, h)
+        return SimImage(ident.key, tokens, prompt, nbytes, ident.remote)
 
 
 def _text_tokens(text: str, bytes_per_token: float) -> int:

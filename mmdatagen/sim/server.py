@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import OrderedDict
 
 from aiohttp import web
 
-from ..vlm import get_model
+from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimRequest
 from .faults import FaultConfig, FaultInjector, RequestFaults
 from .profile import Profile
@@ -29,6 +30,8 @@ from .protocol import (
 
 MAX_LAG_S = 0.05  # behind schedule by more than this: restart the step clock instead of catching up
 JSON = "application/json"
+TIMELINE_PATH = "/mmdatagen/cache_timeline"
+TIMELINE_MAX = 1 << 20  # requests whose cache events are kept for the loader's replay
 
 
 class RealtimeDriver:
@@ -110,11 +113,14 @@ class SimServer:
 
     def __init__(self, profile: Profile, cache_gb: float, time_scale: float = 1.0,
                  faults: FaultConfig | None = None, api_key: str | None = None,
-                 served_names: tuple[str, ...] = ()) -> None:
+                 served_names: tuple[str, ...] = (), model: VisionModel | None = None) -> None:
+        """``cache_gb``: the capacity of the profile's cache target, in that target's unit."""
         self.p = profile
         self.cache_gb = cache_gb
-        self.model = get_model(profile.model)
+        self.model = model or resolve_model(profile.model)
         self.engine = Engine(profile, cache_gb)
+        # per X-Request-ID: [lookup event, finish event] of the cache timeline (bounded)
+        self.timeline: OrderedDict[str, list[int | None]] = OrderedDict()
         self.driver = RealtimeDriver(self.engine, time_scale)
         self.scale = time_scale
         self.resolver = ImageResolver(self.model, profile)
@@ -137,6 +143,7 @@ class SimServer:
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get(TIMELINE_PATH, self.cache_timeline)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -184,6 +191,20 @@ class SimServer:
                  "description": f"{NOTICE} (profile {self.p.name})"} for n in self.names]
         return web.json_response({"object": "list", "data": data})
 
+    async def cache_timeline(self, request: web.Request) -> web.Response:
+        """The order of cache events per request (X-Request-ID): the loader replays it to
+        predict this server's cache exactly."""
+        t = self.engine.target
+        return web.json_response({"target": t.name, "key": t.key, "present": t.present,
+                                  "events": self.timeline})
+
+    def _record_timeline(self, xid: str | None, sreq: SimRequest) -> None:
+        if xid is None or sreq.lookup_seq is None:
+            return
+        if len(self.timeline) >= TIMELINE_MAX:
+            self.timeline.popitem(last=False)
+        self.timeline[xid] = [sreq.lookup_seq, sreq.finish_seq]
+
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self.prometheus(), content_type="text/plain")
 
@@ -224,9 +245,13 @@ class SimServer:
                     out.append(f'{full}{{kind="{k}"}} {c["faults_" + k]}')
             else:
                 out.append(f"{full} {value}")
+        t = e.target
         out.append(f'mmdatagen_sim_info{{profile="{self.p.name}",model="{self.model.name}",'
-                   f'key_mode="{self.p.key_mode}",register="{self.p.register}",'
+                   f'cache="{t.name}",key_mode="{t.key}",register="{t.present}",'
                    f'time_scale="{self.scale}"}} 1')
+        for what, name in t.metrics.items():  # the engine's own counter names (vLLM's)
+            out.append(f"# TYPE {name.removesuffix('_total')} counter")
+            out.append(f'{name}{{model_name="{self.names[0]}"}} {cc[what]}')
         return "\n".join(out) + "\n"
 
     # -- completions ----------------------------------------------------------------------
@@ -310,6 +335,7 @@ class SimServer:
                                 content_type=JSON)
         finally:
             self.c["in_flight"] -= 1
+            self._record_timeline(request.headers.get("X-Request-ID"), sreq)
             if not sreq.done:
                 self.c["aborted"] += 1
                 self.engine.abort(sreq)

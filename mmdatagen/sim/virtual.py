@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..io.imageref import bytes_key, image_dims, load_bytes, parse_ref, reference_key
 from ..io.readers import detect_format, iter_turns
 from ..vlm import get_model
 from .engine import Engine, SimImage, SimRequest
@@ -59,7 +58,8 @@ def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
     :func:`reply_tokens`). ``single_turn`` rows with a ``session_id`` carry only themselves.
     """
     model = get_model(profile.model)
-    resolver = ImageResolver(model, profile)
+    resolver = ImageResolver(model, profile, allow_paths=True,
+                             dataset_dir=Path(path).resolve().parent)
     bpt = profile.text_bytes_per_token
     out: list[SimTurn] = []
     counter = 0
@@ -89,13 +89,6 @@ def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
 
 def _image(resolver: ImageResolver, ref: str, uuid: str | None, path: Path) -> SimImage:
     try:
-        if parse_ref(ref).kind == "path":
-            data = load_bytes(ref, Path(path).parent)
-            w, h = image_dims(data)
-            mode = resolver.mode
-            key = ("uuid:" + uuid if mode == "uuid" and uuid else
-                   reference_key(ref) if mode == "reference" else bytes_key(data))
-            return resolver._sized(key, w, h, False)
         return resolver.resolve(ref, uuid)
     except RequestError as exc:
         raise UserError(f"{path}: {exc.message}") from None

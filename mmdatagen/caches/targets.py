@@ -1,0 +1,88 @@
+"""Cache targets as data: what each engine cache keys on, sizes, counts and evicts.
+
+The registry lives in ``data/caches.json``; this module only reads it and converts capacities
+from the cache's own unit (GiB, MiB or embedding tokens) into the unit entries are sized in.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Literal
+
+from ..errors import UserError
+
+Unit = Literal["GiB", "MiB", "tokens"]
+Entry = Literal["embedding", "processor", "tokens", "embedding-set"]
+Eviction = Literal["lru", "fifo", "freeable"]
+Moment = Literal["arrival", "schedule", "encode", "completion"]
+UNIT_SCALE = {"GiB": 1 << 30, "MiB": 1 << 20, "tokens": 1}
+DEFAULT_TARGET = "dynamo-embedding"
+
+
+@dataclass(frozen=True)
+class CacheTarget:
+    """One engine cache. ``key`` is an ``io.imageref.KEY_MODES`` value ("uuid": a client uuid
+    replaces the content hash of the encoded bytes)."""
+
+    name: str
+    engine: str
+    description: str
+    key: str
+    entry: Entry
+    unit: Unit
+    flag: str
+    default_capacity: float
+    lookup: Moment
+    present: Moment
+    repeat_in_request: Literal["hit", "miss"]
+    oversize: Literal["bypass", "flush"]
+    eviction: Eviction
+    touch_request_first: bool
+    exact: str
+    sources: tuple[str, ...] = ()
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def insert_on_lookup(self) -> bool:
+        """Entries are present from the lookup itself (else only after encoding/completion)."""
+        return self.present == self.lookup
+
+    def capacity(self, value: float) -> int:
+        """A capacity in this cache's own unit -> the unit entries are sized in (bytes/tokens)."""
+        if not math.isfinite(value) or value < 0:
+            raise UserError(f"cache capacity must be a finite number >= 0, got {value}")
+        return int(value * UNIT_SCALE[self.unit])
+
+    def describe(self) -> dict:
+        """JSON-ready summary for reports and exports."""
+        return {"target": self.name, "engine": self.engine, "unit": self.unit, "flag": self.flag,
+                "key": self.key, "entry": self.entry, "lookup": self.lookup,
+                "present": self.present, "eviction": self.eviction, "oversize": self.oversize,
+                "exact": self.exact}
+
+
+@lru_cache(maxsize=1)
+def _registry() -> dict:
+    text = resources.files("mmdatagen").joinpath("data/caches.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def target_names() -> list[str]:
+    """Registered target names (aliases not included)."""
+    return list(_registry()["targets"])
+
+
+def get_target(name: str) -> CacheTarget:
+    """A target by name or alias (case-insensitive)."""
+    reg = _registry()
+    key = name.lower()
+    key = reg["aliases"].get(key, key)
+    entry = reg["targets"].get(key)
+    if entry is None:
+        raise UserError(f"unknown cache target {name!r}; known: {', '.join(target_names())}")
+    fields = {k: v for k, v in entry.items() if not k.startswith("_")}
+    fields["sources"] = tuple(fields.get("sources", ()))
+    return CacheTarget(name=key, **fields)
