@@ -11,6 +11,8 @@ import click
 
 from . import __version__
 from .errors import UserError
+from .lifecycle import EXIT_ENVIRONMENT, EXIT_USER, describe_os_error, install_handlers, \
+    interrupt_exit_code, is_environment_error
 
 # name -> "module:attribute" of a click.Command; each area owns its module in mmdatagen/commands/.
 COMMANDS: dict[str, str] = {
@@ -44,10 +46,13 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             click.echo(f"error: {exc}", err=True)
-            ctx.exit(2)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
+            ctx.exit(EXIT_USER)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (lifecycle.Terminated)
+            click.echo("terminated" if interrupt_exit_code(exc) != 130 else "interrupted", err=True)
+            ctx.exit(interrupt_exit_code(exc))
+        except OSError as exc:  # disk full, file-size limit: exit 1; a bad path: exit 2
+            click.echo(f"error: {describe_os_error(exc)}", err=True)
+            ctx.exit(EXIT_ENVIRONMENT if is_environment_error(exc) else EXIT_USER)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,15 +64,46 @@ def cli() -> None:
 
 def main() -> None:
     """Console entry point: usage errors are one line too, exit code 2."""
+    install_handlers()  # SIGTERM like Ctrl-C; a file-size limit is an error, not a core dump
+    try:
+        sys.stdout.reconfigure(errors="surrogateescape")  # print non-UTF-8 paths as their bytes
+    except (AttributeError, ValueError):
+        pass
     try:
         code = cli.main(prog_name="mmdatagen", standalone_mode=False)
+        if code:
+            _silence_stdout(flush=True)
+        else:
+            sys.stdout.flush()
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # stdout closed or full (``> /dev/full``, a closed pipe)
+        _silence_stdout()
+        click.echo(f"error: cannot write to standard output: {describe_os_error(exc)}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _silence_stdout(flush: bool = False) -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again (after an
+    error already reported: a failing flush then stays silent)."""
+    import os
+
+    if flush:
+        try:
+            sys.stdout.flush()
+            return
+        except (OSError, ValueError):
+            pass
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ One pipeline serves every workload kind. Each distinct image is rendered and enc
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import sys
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 import multiprocessing
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,8 +27,18 @@ from . import __version__
 from .content.images import ImageFactory, ImageStyle
 from .content.text import TextEngine
 from .errors import UserError
-from .io.atomic import atomic_open, atomic_write_bytes, check_target
-from .io.manifest import manifest_path, write_manifest
+from .io.atomic import atomic_group, check_path_text, check_target, output_lock, staged_dir
+from .io.manifest import (
+    MANIFEST_SUFFIX,
+    ContentHash,
+    HashingWriter,
+    ImageEntry,
+    Manifest,
+    ShardInfo,
+    dump,
+    manifest_path,
+)
+from .lifecycle import child_setup
 from .io.rows import dumps_line, session_object, turn_object
 from .plans.base import Plan, shard_range
 
@@ -95,7 +107,7 @@ class Result:
     images: int
     image_dir: Path | None
     seconds: float
-    manifest_data: dict[str, Any] = field(repr=False, default_factory=dict)
+    manifest_data: Manifest | None = field(repr=False, default=None)
 
 
 def progress(total: int, desc: str, quiet: bool):
@@ -131,6 +143,7 @@ class _Task:
     width: int
     height: int
     file: str | None  # write the image here; None: return it as a data URL
+    run: str = ""     # this run's token in temporary names (so an interrupt can remove them)
 
 
 @lru_cache(maxsize=4)
@@ -144,20 +157,78 @@ def _render(task: _Task) -> tuple[dict[str, Any], str | None]:
     meta = {"id": task.image_id, "ref": None, "width": task.width, "height": task.height,
             "bytes": len(data), "blake3": blake3.blake3(data).hexdigest()}
     if task.file is not None:
-        atomic_write_bytes(Path(task.file), data)
+        _write_file(task.file, data, task.run)
         return meta, None
     return meta, f"data:{task.style.mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+def _write_file(file: str, data: bytes, run: str) -> None:
+    """Write an image beside its final name, then rename (shards may share the folder)."""
+    folder, name = os.path.split(file)
+    tmp = os.path.join(folder, f".{name}.{run}.part")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, file)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _remove_temporaries(folder: Path | None, run: str) -> None:
+    """Remove the image files this run's (killed) workers left half-written."""
+    if folder is not None and folder.is_dir():
+        for tmp in folder.glob(f".*.{run}.part"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+class _Workers(ProcessPoolExecutor):
+    """A process pool whose ``with`` block, left by an exception (Ctrl-C, SIGTERM, a full
+    disk), cancels the queued images and kills the workers instead of waiting for them."""
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.shutdown(wait=True)
+        else:
+            stop_workers(self)
+        return False
+
+
+class _Threads(ThreadPoolExecutor):
+    def __exit__(self, exc_type, exc, tb):
+        self.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
+        return False
+
+
+def stop_workers(executor: Executor) -> None:
+    """Stop now: cancel queued work and kill worker processes (they hold no state worth
+    keeping; their half-written files are temporaries the caller removes)."""
+    procs = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            proc.kill()
+    for proc in procs:
+        with contextlib.suppress(OSError, AttributeError, ValueError, AssertionError):
+            proc.join(2)
+
+
 def start_workers(workers: int = 0) -> Executor:
     """Worker processes for image work (forked: nothing to re-import), threads where fork is
-    missing. Fork before starting threads of one's own (tokenizer loading does)."""
+    missing. Fork before starting threads of one's own (tokenizer loading does).
+
+    Workers die with this process even when it is SIGKILLed (``lifecycle.die_with_parent``)
+    and leave Ctrl-C and SIGTERM to it: it stops them (``stop_workers``) within a second.
+    """
     if workers < 0:
         raise UserError("--workers must be zero (all cores) or positive")
     workers = workers or min(os.cpu_count() or 1, 8)
     if "fork" not in multiprocessing.get_all_start_methods():
-        return ThreadPoolExecutor(workers)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        return _Threads(workers)
+    pool = _Workers(workers, mp_context=multiprocessing.get_context("fork"),
+                    initializer=child_setup, initargs=(os.getpid(),))
     pool.submit(int).result()  # launch the processes now
     return pool
 
@@ -165,8 +236,11 @@ def start_workers(workers: int = 0) -> Executor:
 class _Images:
     """Encoded images of one run: metadata for the manifest, a bounded cache for inline rows."""
 
-    def __init__(self, plan: Plan, factory: ImageFactory, delivery: Delivery, out: OutputSpec):
+    def __init__(self, plan: Plan, factory: ImageFactory, delivery: Delivery, out: OutputSpec,
+                 write_dir: Path | None = None, run: str = ""):
         self.plan, self.factory, self.delivery = plan, factory, delivery
+        self.write_dir = write_dir if write_dir is not None else delivery.image_dir
+        self.run = run
         self.meta: dict[int, dict[str, Any]] = {}
         self.refs: dict[int, str] = {}
         self.cache_budget = out.cache_mb * 1024 * 1024
@@ -178,9 +252,10 @@ class _Images:
     def task(self, image_id: int) -> _Task:
         file = None
         if self.delivery.mode != "data-url":
-            file = str(Path(self.delivery.image_dir) / self.name(image_id))
+            file = str(Path(self.write_dir) / self.name(image_id))
         return _Task(self.factory.style, self.factory.seed, image_id,
-                     int(self.plan.widths[image_id]), int(self.plan.heights[image_id]), file)
+                     int(self.plan.widths[image_id]), int(self.plan.heights[image_id]), file,
+                     self.run)
 
     def file_ref(self, image_id: int) -> str:
         d = self.delivery
@@ -226,112 +301,180 @@ def _evict(images: _Images, uses: dict[int, deque], position: int) -> None:
                 break
 
 
+@dataclass
+class _Job:
+    """One shard's slice of the plan and where it goes."""
+
+    lines: list[list[int]]
+    rows: list[int]
+    span: range
+    total_lines: int
+    target: Path
+    delivery: Delivery
+    shared_images: bool  # the image folder is shared by every shard: files, not a swap
+
+    @classmethod
+    def of(cls, plan: Plan, delivery: Delivery, out: OutputSpec) -> _Job:
+        lines = _lines(plan, out.fmt)
+        span = shard_range(len(lines), out.shard_index, out.num_shards)
+        mine = lines[span.start:span.stop]
+        if delivery.mode != "data-url":
+            image_dir = delivery.image_dir or default_image_dir(out.path)
+            delivery = Delivery(delivery.mode, image_dir, delivery.path_prefix, delivery.base_url,
+                                delivery.uuids)
+        return cls(mine, [r for line in mine for r in line], span, len(lines), out.final_path,
+                   delivery, out.num_shards > 1)
+
+
+@contextlib.contextmanager
+def _image_folder(job: _Job, out: OutputSpec) -> Iterator[Path | None]:
+    """Where workers write image files: a staging folder swapped in whole at the end (one
+    process writes the dataset), or the shared folder itself (shards write it together)."""
+    image_dir = job.delivery.image_dir
+    if job.delivery.mode == "data-url" or image_dir is None:
+        yield None
+        return
+    if not job.shared_images:
+        with output_lock(image_dir), staged_dir(image_dir, out.force) as stage:
+            yield stage
+        return
+    check_path_text(image_dir)
+    try:
+        image_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create image folder {image_dir}: {exc.strerror}") from None
+    yield image_dir
+
+
+def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, out: OutputSpec,
+                executor: Executor) -> None:
+    """Render every line of the shard into ``fh``; image work runs in ``executor``."""
+    delivery, lines = job.delivery, job.lines
+    inline = delivery.mode == "data-url"
+    rows_of = _RowRenderer(plan, texts, images, job.rows, delivery.uuids, out)
+    uses: dict[int, deque] = {}
+    for pos, r in enumerate(job.rows):
+        for i in plan.image_ids[r]:
+            uses.setdefault(int(i), deque()).append(pos)
+    needed = list(uses)
+    workers = out.workers or min(os.cpu_count() or 1, 8)
+    with progress(len(needed), "images", out.quiet) as ibar, \
+            progress(len(job.rows), "rows", out.quiet) as rbar:
+        pending = []
+        if not inline:
+            # Workers write the files while this process writes rows: a file's reference is
+            # known before it exists (unless rows carry uuids, which hash the bytes).
+            pending = [executor.submit(_render, images.task(i)) for i in needed]
+            for future in pending:
+                future.add_done_callback(lambda _: ibar.update(1))
+            images.refs.update((i, images.file_ref(i)) for i in needed)
+            if delivery.uuids:
+                for future in pending:
+                    images.add(*future.result())
+        # Inline rows hold their images: small batches keep memory flat.
+        chunk = max(1, workers) if inline else len(lines) or 1
+        pos = 0
+        for start in range(0, len(lines), chunk):
+            batch = lines[start:start + chunk]
+            batch_rows = [r for line in batch for r in line]
+            if inline:
+                _ensure_inline(images, executor,
+                               [int(i) for r in batch_rows for i in plan.image_ids[r]], ibar)
+            for line in batch:
+                fh.write(rows_of.line(line))
+                rbar.update(len(line))
+            pos += len(batch_rows)
+            if inline:
+                _evict(images, uses, pos)
+        for future in pending:
+            images.add(*future.result())
+
+
+class _RowRenderer:
+    """JSONL bytes of one output line (a row, or a session of rows for multi_turn)."""
+
+    def __init__(self, plan: Plan, texts: TextEngine, images: _Images, rows: list[int],
+                 uuids: bool, out: OutputSpec) -> None:
+        self.plan, self.texts, self.images, self.uuids, self.out = plan, texts, images, uuids, out
+        self.cache: dict[int, str] = {}
+        self.shared_text = len(set(plan.text_keys[rows].tolist())) < len(rows)
+
+    def text(self, r: int) -> str:
+        key = int(self.plan.text_keys[r])
+        if not self.shared_text:
+            return self.texts.text(key)
+        if key not in self.cache:
+            self.cache[key] = self.texts.text(key)
+        return self.cache[key]
+
+    def turn(self, r: int) -> dict[str, Any]:
+        ids = [int(i) for i in self.plan.image_ids[r]]
+        images = self.images
+        uuids = [images.uuid(i) for i in ids] if self.uuids else None
+        sid = self.plan.session_id(r) if self.out.fmt == "single_turn" else None
+        return turn_object(self.text(r), [images.refs[i] for i in ids], uuids, sid,
+                           self.out.output_length)
+
+    def line(self, line: list[int]) -> bytes:
+        if self.out.fmt == "single_turn":
+            return dumps_line(self.turn(line[0]))
+        return dumps_line(session_object(self.plan.session_id(line[0]),
+                                         [self.turn(r) for r in line]))
+
+
+def _manifest(plan: Plan, factory: ImageFactory, texts: TextEngine, images: _Images, job: _Job,
+              out: OutputSpec, params: dict[str, Any], jsonl: ContentHash) -> Manifest:
+    uuids = job.delivery.uuids
+    return Manifest(
+        mmdatagen_version=__version__, kind=plan.kind, format=out.fmt, params=params,
+        seed=plan.params.get("seed"),
+        shard=ShardInfo(out.shard_index, out.num_shards, (job.span.start, job.span.stop),
+                        job.total_lines),
+        delivery=job.delivery.mode, image_format=factory.style.fmt,
+        image_content=factory.style.content, text_tokens=texts.tokens, tokenizer=texts.tok.name,
+        jsonl=jsonl,
+        images=[ImageEntry(**images.meta[i]) for i in sorted(images.meta)],
+        rows=[[int(i) for i in plan.image_ids[r]] for r in job.rows],
+        sessions=None if plan.sessions is None else [plan.session_id(r) for r in job.rows],
+        image_uuids={str(i): images.uuid(i) for i in sorted(images.meta)} if uuids else None)
+
+
 def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Delivery,
              out: OutputSpec, params: dict[str, Any], executor: Executor | None = None) -> Result:
     """Write the dataset shard described by ``out`` and its manifest; returns what was written.
 
     ``executor`` runs the image work (see :func:`start_workers`); one is made when not given.
+    Everything is written aside (JSONL, manifest, a staging image folder) and put in place only
+    when complete; an interrupt (Ctrl-C, SIGTERM) or a failure stops the workers at once and
+    removes what this run wrote. One writer per output: a second one fails at once.
     """
     started = time.perf_counter()
     delivery.validate()
     out.validate()
-    lines = _lines(plan, out.fmt)
-    total_lines = len(lines)
-    span = shard_range(total_lines, out.shard_index, out.num_shards)
-    lines = lines[span.start:span.stop]
-    rows = [r for line in lines for r in line]
-    target = out.final_path
-    check_target(target, out.force)
-    check_target(manifest_path(target), out.force)
-    if delivery.mode != "data-url":
-        image_dir = delivery.image_dir or default_image_dir(out.path)
-        delivery = Delivery(delivery.mode, image_dir, delivery.path_prefix, delivery.base_url, delivery.uuids)
+    job = _Job.of(plan, delivery, out)
+    target = job.target
+    run = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(output_lock(target))
+        check_target(target, out.force, longest_suffix=MANIFEST_SUFFIX)
+        check_target(manifest_path(target), out.force)
+        if executor is None:
+            texts.tok.encode("")  # let a background tokenizer load finish before forking workers
+            executor = stack.enter_context(start_workers(out.workers))
+        open_ = stack.enter_context(atomic_group())  # JSONL + manifest renamed last, together
+        write_dir = stack.enter_context(_image_folder(job, out))
+        images = _Images(plan, factory, job.delivery, out, write_dir, run)
         try:
-            image_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"cannot create image folder {image_dir}: {exc.strerror}") from None
-    images = _Images(plan, factory, delivery, out)
-    needed = list(dict.fromkeys(int(i) for r in rows for i in plan.image_ids[r]))
-    workers = out.workers or min(os.cpu_count() or 1, 8)
-    text_cache: dict[int, str] = {}
-    shared_text = len(set(plan.text_keys[rows].tolist())) < len(rows)
-
-    def row_text(r: int) -> str:
-        key = int(plan.text_keys[r])
-        if not shared_text:
-            return texts.text(key)
-        if key not in text_cache:
-            text_cache[key] = texts.text(key)
-        return text_cache[key]
-
-    def turn(r: int) -> dict[str, Any]:
-        ids = [int(i) for i in plan.image_ids[r]]
-        uuids = [images.uuid(i) for i in ids] if delivery.uuids else None
-        sid = plan.session_id(r) if out.fmt == "single_turn" else None
-        return turn_object(row_text(r), [images.refs[i] for i in ids], uuids, sid, out.output_length)
-
-    def render(line: list[int]) -> bytes:
-        if out.fmt == "single_turn":
-            return dumps_line(turn(line[0]))
-        return dumps_line(session_object(plan.session_id(line[0]), [turn(r) for r in line]))
-
-    uses: dict[int, deque] = {}
-    for pos, r in enumerate(rows):
-        for i in plan.image_ids[r]:
-            uses.setdefault(int(i), deque()).append(pos)
-    own_pool = executor is None
-    if own_pool:
-        texts.tok.encode("")  # let a background tokenizer load finish before forking workers
-        executor = start_workers(out.workers)
-    try:
-        with progress(len(needed), "images", out.quiet) as ibar, \
-                atomic_open(target, "wb") as fh, progress(len(rows), "rows", out.quiet) as rbar:
-            pending = []
-            if delivery.mode != "data-url":
-                # Workers write the files while this process writes rows: a file's reference is
-                # known before it exists (unless rows carry uuids, which hash the bytes).
-                pending = [executor.submit(_render, images.task(i)) for i in needed]
-                for future in pending:
-                    future.add_done_callback(lambda _: ibar.update(1))
-                images.refs.update((i, images.file_ref(i)) for i in needed)
-                if delivery.uuids:
-                    for future in pending:
-                        images.add(*future.result())
-            # Inline rows hold their images: small batches keep memory flat.
-            chunk = max(1, workers) if delivery.mode == "data-url" else len(lines) or 1
-            pos = 0
-            for start in range(0, len(lines), chunk):
-                batch = lines[start:start + chunk]
-                batch_rows = [r for line in batch for r in line]
-                if delivery.mode == "data-url":
-                    _ensure_inline(images, executor,
-                                   [int(i) for r in batch_rows for i in plan.image_ids[r]], ibar)
-                for line in batch:
-                    fh.write(render(line))
-                    rbar.update(len(line))
-                pos += len(batch_rows)
-                if delivery.mode == "data-url":
-                    _evict(images, uses, pos)
-            for future in pending:
-                images.add(*future.result())
-    finally:
-        if own_pool:
-            executor.shutdown(cancel_futures=True)
-    manifest = {
-        "manifest_version": 1, "mmdatagen_version": __version__, "kind": plan.kind,
-        "format": out.fmt, "params": params, "seed": plan.params.get("seed"),
-        "shard": {"index": out.shard_index, "num_shards": out.num_shards,
-                  "lines": [span.start, span.stop], "total_lines": total_lines},
-        "delivery": delivery.mode, "image_format": factory.style.fmt,
-        "image_content": factory.style.content, "text_tokens": texts.tokens,
-        "tokenizer": texts.tok.name,
-        "images": [images.meta[i] for i in sorted(images.meta)],
-        "rows": [[int(i) for i in plan.image_ids[r]] for r in rows],
-        "sessions": None if plan.sessions is None else [plan.session_id(r) for r in rows],
-        "image_uuids": ({str(i): images.uuid(i) for i in sorted(images.meta)}
-                        if delivery.uuids else None),
-    }
-    mpath = write_manifest(target, manifest)
-    return Result(path=target, manifest=mpath, rows=len(rows), images=len(needed),
-                  image_dir=delivery.image_dir, seconds=time.perf_counter() - started,
-                  manifest_data=manifest)
+            with open_(target) as raw:
+                fh = HashingWriter(raw)
+                _write_rows(fh, plan, texts, images, job, out, executor)
+        except BaseException:
+            stop_workers(executor)  # before the staging folder goes: nothing writes into it
+            _remove_temporaries(write_dir, run)
+            raise
+        manifest = _manifest(plan, factory, texts, images, job, out, params, fh.result())
+        with open_(manifest_path(target)) as mfh:
+            mfh.write(dump(manifest))
+    return Result(path=target, manifest=manifest_path(target), rows=len(job.rows),
+                  images=len(images.meta), image_dir=job.delivery.image_dir,
+                  seconds=time.perf_counter() - started, manifest_data=manifest)

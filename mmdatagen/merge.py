@@ -8,18 +8,27 @@ sessions concatenated, image uuids merged.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import blake3
+
 from .errors import UserError
-from .io.atomic import atomic_open, check_target
-from .io.manifest import manifest_path, read_manifest, write_manifest
+from .io.atomic import atomic_group, check_target, output_lock
+from .io.manifest import (
+    MANIFEST_SUFFIX,
+    HashingWriter,
+    ImageEntry,
+    Manifest,
+    ShardInfo,
+    dump,
+    manifest_path,
+    read_manifest,
+)
 from .plans.base import shard_range
 
 SHARD_NAME = re.compile(r"^(?P<stem>.+)\.shard-(?P<index>\d{5,})-of-(?P<count>\d{5,})(?P<suffix>\.jsonl)?$")
-# Manifest fields that each shard fills with its own part; every other field must agree.
-PER_SHARD = ("shard", "images", "rows", "sessions", "image_uuids")
 CHUNK = 1 << 20
 
 
@@ -28,11 +37,11 @@ class Shard:
     """One shard file and its manifest."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     @property
     def index(self) -> int:
-        return int(self.manifest["shard"]["index"])
+        return self.manifest.shard.index
 
 
 @dataclass(frozen=True)
@@ -73,16 +82,17 @@ def glob_escape(text: str) -> str:
 
 
 def load_shards(paths: list[Path]) -> list[Shard]:
-    """Read every shard's manifest; refuses files without one or with an unsharded one."""
+    """Read every shard's manifest; refuses files without one. The shards' bytes are checked
+    against their manifests' hashes while they are copied (see :func:`merge`)."""
     shards = []
     for path in map(Path, paths):
         if not path.is_file():
             raise UserError(f"shard {path} does not exist")
-        manifest = read_manifest(path)
+        manifest = read_manifest(path, verify=False)
         if manifest is None:
             raise UserError(f"shard {path} has no manifest {manifest_path(path).name}")
-        if not isinstance(manifest.get("shard"), dict):
-            raise UserError(f"manifest of {path} has no shard section")
+        if manifest.jsonl is None:
+            raise UserError(f"manifest of {path} records no content hash")
         shards.append(Shard(path, manifest))
     return shards
 
@@ -101,21 +111,23 @@ def check_belong(shards: list[Shard]) -> list[Shard]:
     if not shards:
         raise UserError("no shards to merge")
     ref = shards[0]
-    count = int(ref.manifest["shard"]["num_shards"])
-    total = int(ref.manifest["shard"]["total_lines"])
+    count = ref.manifest.shard.num_shards
+    total = ref.manifest.shard.total_lines
+    ref_id = ref.manifest.identity()
     for shard in shards[1:]:
-        for key in sorted(set(ref.manifest) | set(shard.manifest)):
-            if key in PER_SHARD or ref.manifest.get(key) == shard.manifest.get(key):
+        other = shard.manifest.identity()
+        for key in sorted(set(ref_id) | set(other)):
+            if ref_id.get(key) == other.get(key):
                 continue
             what = "version" if key == "mmdatagen_version" else key
-            detail = _first_difference(ref.manifest.get(key), shard.manifest.get(key))
+            detail = _first_difference(ref_id.get(key), other.get(key))
             detail = f" ({detail})" if detail else ""
             raise UserError(f"{shard.path.name} does not belong with {ref.path.name}: "
                             f"different {what}{detail}")
-        if int(shard.manifest["shard"]["num_shards"]) != count:
-            raise UserError(f"{shard.path.name} is one of {shard.manifest['shard']['num_shards']} "
+        if shard.manifest.shard.num_shards != count:
+            raise UserError(f"{shard.path.name} is one of {shard.manifest.shard.num_shards} "
                             f"shards but {ref.path.name} is one of {count}")
-        if int(shard.manifest["shard"]["total_lines"]) != total:
+        if shard.manifest.shard.total_lines != total:
             raise UserError(f"{shard.path.name} does not belong with {ref.path.name}: different total lines")
     seen: dict[int, Shard] = {}
     for shard in shards:
@@ -132,55 +144,62 @@ def check_belong(shards: list[Shard]) -> list[Shard]:
     ordered = [seen[k] for k in range(count)]
     for k, shard in enumerate(ordered):
         span = shard_range(total, k, count)
-        if list(shard.manifest["shard"]["lines"]) != [span.start, span.stop]:
-            raise UserError(f"{shard.path.name} holds lines {shard.manifest['shard']['lines']}, "
+        if shard.manifest.shard.lines != (span.start, span.stop):
+            raise UserError(f"{shard.path.name} holds lines {list(shard.manifest.shard.lines)}, "
                             f"expected [{span.start}, {span.stop}]")
     return ordered
 
 
-def _merge_table(shards: list[Shard], key: str) -> list[dict[str, Any]]:
+def _merge_table(shards: list[Shard]) -> list[ImageEntry]:
     """The union of the shards' image tables, sorted by id; the same id must agree everywhere."""
-    table: dict[int, dict[str, Any]] = {}
+    table: dict[int, ImageEntry] = {}
     for shard in shards:
-        for entry in shard.manifest.get(key) or []:
-            image_id = int(entry["id"])
+        for entry in shard.manifest.images:
+            image_id = entry.id
             if table.setdefault(image_id, entry) != entry:
                 raise UserError(f"shards disagree on image {image_id} ({shard.path.name})")
     return [table[i] for i in sorted(table)]
 
 
 def _merge_uuids(shards: list[Shard]) -> dict[str, str] | None:
-    if shards[0].manifest.get("image_uuids") is None:
+    if shards[0].manifest.image_uuids is None:
         return None
     merged: dict[int, str] = {}
     for shard in shards:
-        for key, value in (shard.manifest.get("image_uuids") or {}).items():
+        for key, value in (shard.manifest.image_uuids or {}).items():
             if merged.setdefault(int(key), value) != value:
                 raise UserError(f"shards disagree on the uuid of image {key} ({shard.path.name})")
     return {str(i): merged[i] for i in sorted(merged)}
 
 
-def merged_manifest(shards: list[Shard]) -> dict[str, Any]:
-    """The manifest one process writes for the whole dataset (same key order)."""
-    total = int(shards[0].manifest["shard"]["total_lines"])
-    merged = dict(shards[0].manifest)
-    merged["shard"] = {"index": 0, "num_shards": 1, "lines": [0, total], "total_lines": total}
-    merged["images"] = _merge_table(shards, "images")
-    merged["rows"] = [row for s in shards for row in s.manifest["rows"]]
-    sessions = [s.manifest.get("sessions") for s in shards]
-    merged["sessions"] = None if sessions[0] is None else [x for part in sessions for x in part]
-    merged["image_uuids"] = _merge_uuids(shards)
-    return merged
+def merged_manifest(shards: list[Shard]) -> Manifest:
+    """The manifest one process writes for the whole dataset (its ``jsonl`` filled by merge)."""
+    total = shards[0].manifest.shard.total_lines
+    sessions = [s.manifest.sessions for s in shards]
+    return replace(shards[0].manifest, shard=ShardInfo(0, 1, (0, total), total),
+                   images=_merge_table(shards),
+                   rows=[row for s in shards for row in s.manifest.rows],
+                   sessions=None if sessions[0] is None else [x for part in sessions for x in part],
+                   image_uuids=_merge_uuids(shards), jsonl=None)
 
 
-def _copy_counting(src: Path, fh) -> int:
-    """Append ``src`` to ``fh`` in chunks; returns its number of lines."""
+def _copy_verified(shard: Shard, fh) -> None:
+    """Append a shard to ``fh`` in chunks, checking its line count and blake3 hash against
+    its manifest: a corrupted, truncated or replaced shard is refused."""
     lines = 0
-    with open(src, "rb") as inp:
+    hasher = blake3.blake3()
+    with open(shard.path, "rb") as inp:
         while chunk := inp.read(CHUNK):
             lines += chunk.count(b"\n")
+            hasher.update(chunk)
             fh.write(chunk)
-    return lines
+    start, stop = shard.manifest.shard.lines
+    if lines != stop - start:
+        raise UserError(f"{shard.path.name} has {lines} lines, its manifest says {stop - start}")
+    want = shard.manifest.jsonl
+    if want is not None and hasher.hexdigest() != want.blake3:
+        raise UserError(f"{shard.path.name} does not match its manifest (blake3 differs): the "
+                        "shard was modified or corrupted after it was written")
 
 
 def merge(paths: list[Path], output: Path | None = None, force: bool = False) -> MergeResult:
@@ -194,15 +213,15 @@ def merge(paths: list[Path], output: Path | None = None, force: bool = False) ->
     resolved = {s.path.resolve() for s in shards}
     if target.resolve() in resolved or manifest_path(target).resolve() in resolved:
         raise UserError(f"output {target} would overwrite a shard")
-    check_target(target, force)
-    check_target(manifest_path(target), force)
     manifest = merged_manifest(shards)
-    with atomic_open(target, "wb") as fh:
-        for shard in shards:
-            span = shard.manifest["shard"]["lines"]
-            got = _copy_counting(shard.path, fh)
-            if got != span[1] - span[0]:
-                raise UserError(f"{shard.path.name} has {got} lines, its manifest says "
-                                f"{span[1] - span[0]}")
-    mpath = write_manifest(target, manifest)
-    return MergeResult(target, mpath, len(shards), int(manifest["shard"]["total_lines"]))
+    with output_lock(target), atomic_group() as open_:
+        check_target(target, force, longest_suffix=MANIFEST_SUFFIX)
+        check_target(manifest_path(target), force)
+        with open_(target) as raw:
+            fh = HashingWriter(raw)
+            for shard in shards:
+                _copy_verified(shard, fh)
+        manifest = replace(manifest, jsonl=fh.result())
+        with open_(manifest_path(target)) as mfh:
+            mfh.write(dump(manifest))
+    return MergeResult(target, manifest_path(target), len(shards), manifest.shard.total_lines)

@@ -263,7 +263,7 @@ def record_line(r: RequestRecord) -> dict[str, Any]:
 def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict) -> dict[str, Path]:
     """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` (by start time) atomically."""
     from .errors import UserError
-    from .io.atomic import atomic_open
+    from .io.atomic import atomic_group
 
     out_dir = Path(out_dir)
     try:
@@ -271,12 +271,13 @@ def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict)
     except OSError as exc:
         raise UserError(f"cannot create output folder {out_dir}: {exc.strerror}") from None
     paths = {"export": out_dir / EXPORT_NAME, "records": out_dir / RECORDS_NAME}
-    with atomic_open(paths["export"], "wb") as fh:
-        fh.write(orjson.dumps(export, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    with atomic_open(paths["records"], "wb") as fh:
-        for r in sorted(records, key=lambda r: r.start_ns):
-            fh.write(orjson.dumps(record_line(r)))
-            fh.write(b"\n")
+    with atomic_group() as open_:  # both files or neither (a full disk leaves the old ones)
+        with open_(paths["export"]) as fh:
+            fh.write(orjson.dumps(export, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        with open_(paths["records"]) as fh:
+            for r in sorted(records, key=lambda r: r.start_ns):
+                fh.write(orjson.dumps(record_line(r)))
+                fh.write(b"\n")
     return paths
 
 

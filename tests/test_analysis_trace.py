@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from mmdatagen.analysis.trace import trace_from_dataset, trace_from_manifest
+from mmdatagen.io.manifest import Manifest
 from mmdatagen.errors import DatasetError, UserError
 from mmdatagen.vlm import get_model
 
@@ -132,19 +133,21 @@ def test_manifest_trace_uses_ids_and_sessions_without_reading_images(tmp_path):
                            {"id": 3, "ref": None, "width": 512, "height": 512}],
                 "rows": [[7, 3], [3], []], "sessions": ["user_1", "user_0", "user_1"],
                 "image_uuids": None}
-    t = trace_from_manifest(manifest, "m")
+    t = trace_from_manifest(Manifest.from_dict(manifest), "m")
     assert _objects(t) == [0, 1, 1] and t.ref_row.tolist() == [0, 0, 1]
     assert t.num_rows == 3 and t.sessions.tolist() == [0, 1, 0]
     assert t.widths.tolist() == [2400, 512]
-    multi = dict(manifest, format="multi_turn")
+    multi = Manifest.from_dict(dict(manifest, format="multi_turn"))
     assert _objects(trace_from_manifest(multi)) == [0, 1, 1, 0, 1]
 
 
 def test_malformed_manifest_is_a_dataset_error():
     with pytest.raises(DatasetError, match="malformed manifest"):
-        trace_from_manifest({"images": [{"id": 1}], "rows": [[1]]})
+        Manifest.from_dict({"images": [{"id": 1}], "rows": [[1]]})
     with pytest.raises(DatasetError, match="sessions"):
-        trace_from_manifest({"images": [], "rows": [[]], "sessions": ["a", "b"]})
+        Manifest.from_dict({"images": [], "rows": [[]], "sessions": ["a", "b"]})
+    with pytest.raises(DatasetError, match="malformed manifest"):
+        trace_from_manifest(Manifest.from_dict({"images": [], "rows": [[5]]}))
 
 
 def test_reordered_trace_follows_rows():

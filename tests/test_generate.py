@@ -46,8 +46,8 @@ def test_pool_defaults_are_the_reference(run_cli, tmp_path, monkeypatch):
     assert all(len(tok.encode(r["text"])) == 400 for r in rows[:50])
     assert len({r["text"] for r in rows}) == 1000
     manifest = read_manifest(path)
-    assert manifest["params"]["pool_size"] == 200 and len(manifest["images"]) == 200
-    assert manifest["rows"][0] == [manifest["images"][0]["id"]] or len(manifest["rows"]) == 1000
+    assert manifest.params["pool_size"] == 200 and len(manifest.images) == 200
+    assert manifest.rows[0] == [manifest.images[0].id] or len(manifest.rows) == 1000
     img = decode(refs[0])
     assert img.size == (640, 480) and img.format == "JPEG"
 
@@ -175,7 +175,7 @@ def test_sliding_window_rows_and_inline_images(run_cli, tmp_path):
     assert rows[0]["images"][1:] == rows[2]["images"][:4]
     assert rows[0]["text"] == rows[2]["text"] != rows[1]["text"]
     manifest = read_manifest(path)
-    assert manifest["sessions"][:2] == ["user_0", "user_1"] and len(manifest["images"]) == 14
+    assert manifest.sessions[:2] == ["user_0", "user_1"] and len(manifest.images) == 14
 
 
 def test_multi_turn_format(run_cli, tmp_path):

@@ -39,19 +39,19 @@ def test_hf_rows_equal_the_jsonl(run_cli, tmp_path, kind, args):
     rows = read_rows(path)
     for where in (hf.hf_dir(path), hf.parquet_path(path)):
         ds = hf.load(where)
-        assert len(ds) == len(manifest["rows"])
-        assert [ex for ex in ds["image_ids"]] == manifest["rows"]
-        rebuilt = hf.jsonl_rows(ds, manifest["image_format"])
+        assert len(ds) == len(manifest.rows)
+        assert [ex for ex in ds["image_ids"]] == manifest.rows
+        rebuilt = hf.jsonl_rows(ds, manifest.image_format)
         assert rebuilt == rows
         assert b"".join(orjson.dumps(r) + b"\n" for r in rebuilt) == path.read_bytes()
     ds = hf.load(hf.hf_dir(path))
     img = ds[0]["images"][0]
     assert isinstance(img, Image.Image) and img.size == (48, 32)
-    by_id = {e["id"]: e for e in manifest["images"]}
+    by_id = {e.id: e for e in manifest.images}
     raw = ds.cast_column("images", List(HFImage(decode=False)))[0]["images"][0]["bytes"]
-    assert len(raw) == by_id[manifest["rows"][0][0]]["bytes"]
-    assert orjson.loads((hf.hf_dir(path) / hf.MANIFEST_NAME).read_bytes()) == manifest
-    assert orjson.loads(ds.info.description)["params"] == manifest["params"]
+    assert len(raw) == by_id[manifest.rows[0][0]].bytes
+    assert orjson.loads((hf.hf_dir(path) / hf.MANIFEST_NAME).read_bytes()) == manifest.to_dict()
+    assert orjson.loads(ds.info.description)["params"] == manifest.params
 
 
 def test_hf_output_refuses_existing_without_force(run_cli, tmp_path):
@@ -95,7 +95,7 @@ def test_image_content_hf_draws_resized_distinct_slots(run_cli, tmp_path, photos
     # the first pool slot comes from the dataset's first picture (green-dominant), not synthetic
     first = Image.open(sorted(refs)[0]).convert("RGB").resize((1, 1)).getpixel((0, 0))
     assert abs(first[1] - 255) < 30 and abs(first[0] - 0) < 30
-    assert read_manifest(path)["params"]["hf_dataset"] == str(photos)
+    assert read_manifest(path).params["hf_dataset"] == str(photos)
 
 
 @pytest.mark.parametrize("args,message", [

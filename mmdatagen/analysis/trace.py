@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import DatasetError, UserError
 from ..io import imageref
+from ..io.manifest import Manifest
 from ..io.readers import Turn, detect_format, iter_turns
 from ..vlm import VisionModel
 
@@ -108,22 +109,21 @@ def trace_from_plan(plan) -> Trace:
                  {"kind": plan.kind, "params": dict(plan.params), "key_mode": "image id (plan)"})
 
 
-def trace_from_manifest(manifest: dict, source: str = "manifest") -> Trace:
+def trace_from_manifest(manifest: Manifest, source: str = "manifest") -> Trace:
     """References from a manifest: its ``rows`` of pool ids and ``images`` (no image is read)."""
+    images = manifest.images
+    index = {im.id: i for i, im in enumerate(images)}
+    widths = [im.width for im in images]
+    heights = [im.height for im in images]
     try:
-        images = manifest["images"]
-        index = {int(im["id"]): i for i, im in enumerate(images)}
-        widths = [int(im["width"]) for im in images]
-        heights = [int(im["height"]) for im in images]
-        rows = [[index[int(x)] for x in row] for row in manifest["rows"]]
-        sessions = manifest.get("sessions")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(f"{source}: malformed manifest ({exc.__class__.__name__}: {exc})") from None
-    if sessions is not None and len(sessions) != len(rows):
-        raise DatasetError(f"{source}: manifest has {len(sessions)} sessions for {len(rows)} rows")
-    if manifest.get("format") == "multi_turn":
+        rows = [[index[x] for x in row] for row in manifest.rows]
+    except KeyError as exc:
+        raise DatasetError(f"{source}: malformed manifest (row image {exc} not in its image "
+                           "table)") from None
+    sessions = manifest.sessions
+    if manifest.format == "multi_turn":
         rows = _with_history(rows, sessions or list(range(len(rows))))
-    info = {"kind": manifest.get("kind"), "params": manifest.get("params") or {},
+    info = {"kind": manifest.kind, "params": manifest.params,
             "manifest": True, "key_mode": "image id (manifest)"}
     return _build(rows, widths, heights, sessions, source, info)
 

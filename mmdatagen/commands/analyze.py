@@ -217,12 +217,13 @@ def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: d
               help="Draw hit rate against cache size (PNG; needs matplotlib).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the report.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option("--force", "-f", is_flag=True, help="Overwrite an existing --curve / --plot file.")
 def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
             bytes_per_token: int | None, real_width: bool, cache_gb: tuple, cache_images: tuple,
             key: str, insert: str, in_flight: int, dispatch: str, oversize: str,
             url_image_size: str | None, fmt: str, no_manifest: bool, workload: str | None,
             preset: str | None, curve_path: Path | None, plot_path: Path | None, as_json: bool, quiet: bool,
-            **plan_opts) -> None:
+            force: bool, **plan_opts) -> None:
     """Predict image-embedding-cache hit rates for every cache size.
 
     Give a DATASET (any AIPerf single_turn/multi_turn JSONL; an mmdatagen manifest beside it is
@@ -254,6 +255,15 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     unknown = _size(url_image_size)
 
     want_curve = bool(curve_path or plot_path)
+    outputs = [p for p in (curve_path, plot_path) if p is not None]
+    if outputs:
+        from ..io.atomic import check_not_input, check_target
+        from ..io.manifest import manifest_path
+
+        if dataset is not None:
+            check_not_input(outputs, [dataset, manifest_path(dataset)])
+        for out in outputs:
+            check_target(out, force)
     if dataset is not None:
         trace, manifest = _dataset_trace(dataset, key, fmt, not no_manifest, quiet)
         if manifest:

@@ -1,10 +1,19 @@
-"""Write-then-rename helpers: a target path holds either nothing or a complete file."""
+"""Write-then-rename helpers: a target path holds either nothing or a complete file.
+
+- :func:`atomic_open` / :func:`atomic_write_bytes`: one file, written aside and renamed.
+- :func:`atomic_group`: several files (an export) renamed into place only once all are written.
+- :func:`staged_dir`: a folder built aside and swapped in whole (no earlier run's files survive).
+- :func:`output_lock`: one writer per output (an advisory ``fcntl`` lock beside it).
+- :func:`check_target` / :func:`check_not_input`: refuse unwritable, over-long, non-UTF-8 or
+  protected targets before any work starts.
+"""
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -18,31 +27,82 @@ def _umask() -> int:
 
 
 _FILE_MODE = 0o666 & ~_umask()
+NAME_MAX = 255
 
 
-def check_target(path: Path, force: bool) -> None:
+def _parent(path: Path) -> Path:
+    return path.parent if str(path.parent) else Path(".")
+
+
+def check_path_text(path: Path) -> None:
+    """Refuse a path that is not valid UTF-8 (rows and manifests are JSON, which is UTF-8)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"path {os.fsencode(path)!r} is not valid UTF-8; rename it") from None
+
+
+def check_name(path: Path, longest_suffix: str = "") -> None:
+    """Refuse a file name the file system cannot hold together with ``longest_suffix``."""
+    try:
+        limit = os.pathconf(_parent(path), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = NAME_MAX
+    need = len(os.fsencode(path.name + longest_suffix))
+    if need > limit:
+        extra = f" (with {longest_suffix!r} added)" if longest_suffix else ""
+        raise UserError(f"file name {path.name[:40]}... is too long: {need} bytes{extra}, the "
+                        f"file system allows {limit}")
+
+
+def check_target(path: Path, force: bool, longest_suffix: str = "") -> None:
     """Refuse to overwrite without ``force``; fail early when the folder cannot be written."""
+    path = Path(path)
+    check_path_text(path)
     if path.exists() and not force:
         raise UserError(f"{path} exists; pass --force to overwrite")
     if path.is_dir():
         raise UserError(f"{path} is a directory")
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = _parent(path)
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"cannot write {path}: {parent} is not a folder")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create folder {parent}: {exc.strerror}") from None
     if not os.access(parent, os.W_OK):
         raise UserError(f"cannot write to folder {parent}")
+    check_name(path, longest_suffix)
+
+
+def check_not_input(outputs: Iterable[Path], inputs: Iterable[Path]) -> None:
+    """Refuse an output that is one of the run's input files (no ``--force`` overrides this)."""
+    ins = {}
+    for p in inputs:
+        with contextlib.suppress(OSError):
+            st = os.stat(p)
+            ins[(st.st_dev, st.st_ino)] = Path(p)
+    for out in outputs:
+        with contextlib.suppress(OSError):
+            st = os.stat(out)
+            if (st.st_dev, st.st_ino) in ins:
+                raise UserError(f"{out} is an input of this run ({ins[(st.st_dev, st.st_ino)]}); "
+                                "choose another output")
+
+
+def _mkstemp(path: Path) -> tuple[int, str]:
+    # A short prefix: the final name may use the whole NAME_MAX, the temporary one must fit too.
+    try:
+        return tempfile.mkstemp(prefix=f".{path.name[:120]}.", suffix=".part", dir=_parent(path))
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
 
 @contextlib.contextmanager
 def atomic_open(path: Path, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file beside ``path``; rename it over ``path`` only on success."""
     path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent or ".")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}") from None
+    fd, tmp = _mkstemp(path)
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600; finished files get the usual mode
         with os.fdopen(fd, mode) as fh:
@@ -58,3 +118,136 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (safe when several shards write the same file)."""
     with atomic_open(path, "wb") as fh:
         fh.write(data)
+
+
+@contextlib.contextmanager
+def atomic_group() -> Iterator[Callable[[Path], IO]]:
+    """Open several files aside; rename them all into place only when every one is written.
+
+        with atomic_group() as open_:
+            with open_(a) as fh: ...
+            with open_(b) as fh: ...
+
+    On any failure (disk full halfway through the second file) every temporary file is removed
+    and no target changes: an export is whole or absent.
+    """
+    staged: list[tuple[str, Path]] = []
+
+    def open_(path: Path) -> IO:
+        path = Path(path)
+        fd, tmp = _mkstemp(path)
+        staged.append((tmp, path))
+        os.fchmod(fd, _FILE_MODE)
+        return os.fdopen(fd, "wb")
+
+    try:
+        yield open_
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def staged_dir(final: Path, force: bool) -> Iterator[Path]:
+    """Build a folder aside (``.<name>.XXXX.part`` beside it) and swap it in whole on success.
+
+    An existing ``final`` is replaced only with ``force`` (so a smaller run over a larger one
+    leaves none of the earlier files); on failure or interrupt the staging folder is removed and
+    ``final`` is untouched.
+    """
+    final = Path(final)
+    check_path_text(final)
+    if final.exists() and not final.is_dir():
+        raise UserError(f"{final} exists and is not a folder")
+    if final.exists() and not force and any(final.iterdir()):
+        raise UserError(f"image folder {final} exists; pass --force to replace it")
+    parent = _parent(final)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{final.name[:120]}.", suffix=".part", dir=parent))
+    except OSError as exc:
+        raise UserError(f"cannot create image folder {final}: {exc.strerror}") from None
+    try:
+        os.chmod(stage, 0o777 & ~_umask())
+        yield stage
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name[:120]}.", suffix=".old", dir=parent))
+            os.replace(final, old / "x")
+        os.replace(stage, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove temporaries a killed writer of ``path`` left (``.<name>.XXXX.part``): whoever holds
+    the lock is the only live writer, so any such file is garbage."""
+    name = glob_escape(path.name[:120])
+    for pattern in (f".{name}.{'?' * 8}.part", f".{name}.{'?' * 8}.old",
+                    f".{name}.manifest.json.{'?' * 8}.part"):
+        _remove_matching(_parent(path), pattern)
+
+
+def _remove_matching(folder: Path, pattern: str) -> None:
+    for stale in folder.glob(pattern):
+        with contextlib.suppress(OSError):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink()
+
+
+def glob_escape(text: str) -> str:
+    """Escape glob metacharacters in a literal file name part."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+@contextlib.contextmanager
+def output_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock for writing ``path`` (``.<name>.lock`` beside it).
+
+    A second writer of the same output fails at once with a one-line error; the lock file is
+    removed when the writer finishes (or dies: the kernel releases the lock with the process).
+    """
+    import fcntl
+
+    path = Path(path)
+    check_path_text(path)
+    lock = _parent(path) / f".{path.name[:200]}.lock"
+    try:
+        _parent(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create folder {_parent(path)}: {exc.strerror}") from None
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise UserError(f"cannot lock {path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"another process is writing {path} (lock {lock}); wait for it to "
+                            "finish or stop it") from None
+        mine = os.fstat(fd)
+        try:
+            now = os.stat(lock)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            break
+        os.close(fd)  # the previous holder removed the file between our open and lock: retry
+    _remove_stale(path)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)

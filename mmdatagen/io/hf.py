@@ -40,6 +40,11 @@ def parquet_path(jsonl: Path) -> Path:
 def check_targets(jsonl: Path, parquet: bool, force: bool) -> list[Path]:
     """The paths ``write_hf`` will write; refuses existing ones without ``force``."""
     paths = [hf_dir(jsonl)] + ([parquet_path(jsonl)] if parquet else [])
+    if paths[0].exists() and not paths[0].is_dir():
+        raise UserError(f"{paths[0]} exists and is not a folder; the Hugging Face dataset is a "
+                        "folder")
+    if parquet and paths[1].is_dir():
+        raise UserError(f"{paths[1]} is a directory")
     for path in paths:
         if path.exists() and not force:
             raise UserError(f"{path} exists; pass --force to overwrite")
@@ -73,7 +78,10 @@ def _image_bytes(ref: str, image_dir: Path | None) -> bytes:
 def _examples(jsonl: str, image_dir: str | None) -> Iterator[dict[str, Any]]:
     """Dataset examples from the JSONL, one per turn, with the manifest's image ids."""
     folder = Path(image_dir) if image_dir else None
-    ids = (read_manifest(Path(jsonl)) or {})["rows"]
+    manifest = read_manifest(Path(jsonl), verify=False)  # checked once in build_dataset
+    if manifest is None:
+        raise UserError(f"{jsonl} has no manifest; the HF writer converts mmdatagen outputs")
+    ids = manifest.rows
     row = 0
     for line, obj in iter_objects(Path(jsonl)):
         turns = obj["turns"] if "turns" in obj else [obj]
@@ -97,7 +105,8 @@ def build_dataset(jsonl: Path, image_dir: Path | None, work: Path):
     manifest = read_manifest(jsonl)
     if manifest is None:
         raise UserError(f"{jsonl} has no manifest; the HF writer converts mmdatagen outputs")
-    summary = {k: manifest[k] for k in ("mmdatagen_version", "kind", "format", "params", "seed", "shard")}
+    full = manifest.to_dict()
+    summary = {k: full[k] for k in ("mmdatagen_version", "kind", "format", "params", "seed", "shard")}
     return Dataset.from_generator(
         _examples, features=features(), cache_dir=str(work),
         gen_kwargs={"jsonl": str(jsonl), "image_dir": str(image_dir) if image_dir else None},

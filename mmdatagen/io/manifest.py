@@ -1,16 +1,194 @@
-"""The sidecar manifest (``<output>.manifest.json``): parameters, images, rows, without pixels."""
+"""The sidecar manifest (``<output>.manifest.json``): parameters, images, rows, without pixels.
+
+A manifest is bound to its JSONL: it records the file's size, line count and blake3 hash
+(``jsonl``), and :func:`read_manifest` refuses one whose file does not match, so a stale or
+foreign manifest (another run's, a file cut short, a hand-edited row) is never trusted. The
+typed :class:`Manifest` is the one reader of the format: merge, analysis and the Hugging Face
+export use its fields, not dictionary keys.
+"""
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import blake3
 import orjson
 
 from ..errors import DatasetError
 from .atomic import atomic_write_bytes
 
 MANIFEST_SUFFIX = ".manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: the "jsonl" binding (size, lines, blake3 of the dataset file)
+
+
+@dataclass(frozen=True)
+class ContentHash:
+    """What a JSONL file holds: its size in bytes, its lines and its blake3 hex digest."""
+
+    bytes: int
+    lines: int
+    blake3: str
+
+    @staticmethod
+    def digest_of_file(path: Path) -> str:
+        """blake3 of a file (memory-mapped, every core: a few GB/s)."""
+        hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        if Path(path).stat().st_size:
+            hasher.update_mmap(path)
+        return hasher.hexdigest()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "lines": self.lines, "blake3": self.blake3}
+
+
+class HashingWriter:
+    """Wraps a binary file: every write also feeds a blake3 hash and counts bytes and lines."""
+
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.hasher = blake3.blake3()
+        self.size = 0
+        self.lines = 0
+
+    def write(self, data: bytes) -> int:
+        self.hasher.update(data)
+        self.size += len(data)
+        self.lines += data.count(b"\n")
+        return self.fh.write(data)
+
+    def result(self) -> ContentHash:
+        return ContentHash(self.size, self.lines, self.hasher.hexdigest())
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """Which part of the dataset's output lines a file holds: ``lines`` = [start, stop)."""
+
+    index: int
+    num_shards: int
+    lines: tuple[int, int]
+    total_lines: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "num_shards": self.num_shards,
+                "lines": [self.lines[0], self.lines[1]], "total_lines": self.total_lines}
+
+
+@dataclass(frozen=True)
+class ImageEntry:
+    """One pool image: id, reference (None for inline data URLs), size, bytes, blake3."""
+
+    id: int
+    ref: str | None
+    width: int
+    height: int
+    bytes: int
+    blake3: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "ref": self.ref, "width": self.width, "height": self.height,
+                "bytes": self.bytes, "blake3": self.blake3}
+
+
+@dataclass
+class Manifest:
+    """Everything about one dataset file except pixels (see DEVELOPERS.md for the layout)."""
+
+    kind: str
+    format: str
+    params: dict[str, Any]
+    seed: Any
+    shard: ShardInfo
+    delivery: str
+    images: list[ImageEntry]
+    rows: list[list[int]]
+    sessions: list[str] | None = None
+    image_uuids: dict[str, str] | None = None
+    jsonl: ContentHash | None = None
+    image_format: str | None = None
+    image_content: str | None = None
+    text_tokens: int | None = None
+    tokenizer: str | None = None
+    mmdatagen_version: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # keys of newer writers, kept as given
+
+    # Key order of the file: fixed so that a merge writes the bytes one process writes.
+    ORDER = ("manifest_version", "mmdatagen_version", "kind", "format", "params", "seed", "shard",
+             "delivery", "image_format", "image_content", "text_tokens", "tokenizer", "jsonl",
+             "images", "rows", "sessions", "image_uuids")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"manifest_version": MANIFEST_VERSION, "mmdatagen_version": self.mmdatagen_version,
+             "kind": self.kind, "format": self.format, "params": self.params, "seed": self.seed,
+             "shard": self.shard.as_dict(), "delivery": self.delivery,
+             "image_format": self.image_format, "image_content": self.image_content,
+             "text_tokens": self.text_tokens, "tokenizer": self.tokenizer,
+             "jsonl": None if self.jsonl is None else self.jsonl.as_dict(),
+             "images": [im.as_dict() for im in self.images], "rows": self.rows,
+             "sessions": self.sessions, "image_uuids": self.image_uuids}
+        return {**d, **self.extra}
+
+    def identity(self) -> dict[str, Any]:
+        """The fields every shard of one dataset shares (everything but its own part)."""
+        d = self.to_dict()
+        for key in ("shard", "images", "rows", "sessions", "image_uuids", "jsonl"):
+            d.pop(key)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "manifest") -> Manifest:
+        """Parse and type-check; a malformed manifest is a one-line :class:`DatasetError`."""
+        try:
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            images = [ImageEntry(int(im["id"]), im.get("ref"), int(im["width"]),
+                                 int(im["height"]), int(im.get("bytes") or 0),
+                                 str(im.get("blake3") or "")) for im in data["images"]]
+            rows = [[int(x) for x in row] for row in data["rows"]]
+            sessions = data.get("sessions")
+            if sessions is not None:
+                sessions = [str(s) for s in sessions]
+            sh = data.get("shard") or {"index": 0, "num_shards": 1, "lines": [0, len(rows)],
+                                       "total_lines": len(rows)}
+            shard = ShardInfo(int(sh["index"]), int(sh["num_shards"]),
+                              (int(sh["lines"][0]), int(sh["lines"][1])), int(sh["total_lines"]))
+            js = data.get("jsonl")
+            jsonl = None if js is None else ContentHash(int(js["bytes"]), int(js["lines"]),
+                                                        str(js["blake3"]))
+            uuids = data.get("image_uuids")
+            if uuids is not None and not isinstance(uuids, dict):
+                raise TypeError("image_uuids is not an object")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise DatasetError(f"{source}: malformed manifest ({exc.__class__.__name__}: {exc})") \
+                from None
+        if sessions is not None and len(sessions) != len(rows):
+            raise DatasetError(f"{source}: manifest has {len(sessions)} sessions for {len(rows)} rows")
+        return cls(kind=data.get("kind") or "", format=data.get("format") or "single_turn",
+                   params=data.get("params") or {}, seed=data.get("seed"), shard=shard,
+                   delivery=data.get("delivery") or "", images=images, rows=rows,
+                   sessions=sessions, image_uuids=uuids, jsonl=jsonl,
+                   image_format=data.get("image_format"), image_content=data.get("image_content"),
+                   text_tokens=data.get("text_tokens"), tokenizer=data.get("tokenizer"),
+                   mmdatagen_version=data.get("mmdatagen_version") or "",
+                   extra={k: v for k, v in data.items() if k not in cls.ORDER})
+
+    def check_file(self, jsonl_path: Path, source: str) -> None:
+        """Refuse a manifest that does not describe ``jsonl_path`` byte for byte."""
+        path = Path(jsonl_path)
+        if self.jsonl is None:
+            raise DatasetError(f"{source} does not record its dataset's hash")
+        size = path.stat().st_size
+        want = self.jsonl
+        if size != want.bytes:
+            raise DatasetError(f"{source} does not belong to {path}: it describes {want.lines} "
+                               f"lines and {want.bytes:,} bytes, the file has {size:,} bytes")
+        got = ContentHash.digest_of_file(path)
+        if got != want.blake3:
+            raise DatasetError(f"{source} does not belong to {path}: same size, different "
+                               f"content (blake3 {got[:12]} vs {want.blake3[:12]} in the "
+                               "manifest)")
 
 
 def manifest_path(jsonl_path: Path) -> Path:
@@ -19,15 +197,23 @@ def manifest_path(jsonl_path: Path) -> Path:
     return jsonl_path.with_name(jsonl_path.name + MANIFEST_SUFFIX)
 
 
-def write_manifest(jsonl_path: Path, manifest: dict[str, Any]) -> Path:
+def dump(manifest: Manifest) -> bytes:
+    return orjson.dumps(manifest.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+
+
+def write_manifest(jsonl_path: Path, manifest: Manifest) -> Path:
     """Write the manifest beside its dataset, atomically; returns its path."""
     path = manifest_path(jsonl_path)
-    atomic_write_bytes(path, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+    atomic_write_bytes(path, dump(manifest))
     return path
 
 
-def read_manifest(jsonl_path: Path) -> dict[str, Any] | None:
-    """The manifest of a dataset written by mmdatagen, or None when there is none."""
+def read_manifest(jsonl_path: Path, verify: bool = True) -> Manifest | None:
+    """The manifest of a dataset written by mmdatagen, or None when there is none.
+
+    With ``verify`` (the default) the dataset file must match the manifest's recorded size and
+    hash: a stale or foreign manifest is a :class:`DatasetError`, never silently trusted.
+    """
     path = manifest_path(jsonl_path)
     if not path.is_file():
         return None
@@ -35,6 +221,11 @@ def read_manifest(jsonl_path: Path) -> dict[str, Any] | None:
         data = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         raise DatasetError(f"cannot read manifest {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION:
-        raise DatasetError(f"{path} is not an mmdatagen manifest (version {MANIFEST_VERSION})")
-    return data
+    version = data.get("manifest_version") if isinstance(data, dict) else None
+    if version != MANIFEST_VERSION:
+        raise DatasetError(f"{path} is not an mmdatagen manifest of version {MANIFEST_VERSION} "
+                           f"(found {version!r}); regenerate the dataset")
+    manifest = Manifest.from_dict(data, str(path))
+    if verify and os.path.exists(jsonl_path):
+        manifest.check_file(Path(jsonl_path), str(path))
+    return manifest
