@@ -20,6 +20,9 @@ from collections.abc import Hashable, Sequence
 from .targets import CacheTarget
 
 Item = tuple[Hashable, int]
+# Where the simulator publishes the order of its cache events per X-Request-ID, so that a loader
+# can replay them through the same model and predict its cache exactly.
+TIMELINE_PATH = "/mmdatagen/cache_timeline"
 
 
 class CacheModel:

@@ -17,6 +17,7 @@ import blake3
 from ..errors import DatasetError
 
 KEY_MODES = ("bytes", "pixels", "reference", "uuid")
+DEFAULT_URL_SIZE = (640, 480)  # an http(s) image the server fetches is sized as this when unknown
 
 
 @dataclass(frozen=True)

@@ -1,66 +1,79 @@
-"""Predicted embedding-cache hits from the ACTUAL dispatch order (order of request starts).
+"""The loader's cache prediction: what the server's cache target does with the requests it sent.
 
-Each request's image references (its own and, for multi_turn, the history it resends) are keyed
-as vLLM keys them (encoded bytes; the uuid when one is given; the URL string for http URLs) and
-sized with the model registry. After the run, ``mmdatagen.analysis.lru_hits`` replays them
-through a byte LRU of the cache capacity.
+Each request's images (its own and, for multi_turn, the history it resends) are identified and
+sized by the one service the analysis and the simulator use (``io/imageref``) under the target's
+key mode and entry rule, as the request starts. After the run the requests are replayed through
+the target's cache model (``mmdatagen.caches``, the simulator's own implementation) in the
+order the server's cache saw them:
+
+- the simulator publishes that order (its cache timeline, per X-Request-ID): the prediction is
+  then exact;
+- any other server: lookups in the order requests were sent, and a target's later moment
+  (encoder done, entries released, request complete) when the client saw the first token or
+  the end of the response. Exact at concurrency 1 and for targets whose entries are present
+  from the lookup on (vLLM's processor cache, Dynamo's aggregated cache).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-import blake3
 import numpy as np
 
-from ..errors import DatasetError
-from ..io.imageref import data_url_dims
+from ..caches import TIMELINE_PATH, CacheTarget, make_cache
+from ..errors import DatasetError, UserError
+from ..io.imageref import (
+    DEFAULT_URL_SIZE,
+    ImageIdentifier,
+    entry_size,
+    image_flags,
+    request_items,
+)
 from ..io.readers import Turn
 from ..vlm import VisionModel
 
-DEFAULT_URL_SIZE = (640, 480)  # http(s) URLs are not fetched; the simulator assumes the same
+
+@dataclass
+class _Request:
+    items: list[tuple]
+    images: int
 
 
-def _dims_of_data_url(url: str) -> tuple[int, int] | None:
-    try:
-        return data_url_dims(url.partition(",")[2])
-    except DatasetError:
-        return None
-
-
+@dataclass
 class ImageTracker:
-    """Collects (key, bytes) per image reference as requests start; phase per reference."""
+    """Collects each started request's cache items (dispatch order)."""
 
-    def __init__(self, model: VisionModel, encoder: Any) -> None:
-        self.model = model
-        self.encoder = encoder
-        self.keys: list[str] = []
-        self.sizes: list[int] = []
-        self.req_index: list[int] = []
-        self.requests = 0
-        self._size_of: dict[str, int] = {}
-        self.undecodable = 0
+    model: VisionModel
+    target: CacheTarget
+    capacity: float  # in the target's own unit
+    encoder: Any
+    requests: list[_Request] = field(default_factory=list)
+    undecodable: int = 0
 
-    def _key_size(self, url: str, uuid: str | None) -> tuple[str, int]:
-        if url.startswith("data:"):
-            key = blake3.blake3(url.encode("ascii", "replace")).hexdigest()
-        else:
-            key = "url:" + url
-        if uuid:
-            key = "uuid:" + uuid
-        size = self._size_of.get(key)
+    def __post_init__(self) -> None:
+        self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
+        self._sizes: dict[tuple[int, int], int] = {}
+
+    def _size(self, w: int, h: int) -> int:
+        size = self._sizes.get((w, h))
         if size is None:
-            dims = _dims_of_data_url(url) if url.startswith("data:") else DEFAULT_URL_SIZE
-            if dims is None:
-                self.undecodable += 1
-                dims = DEFAULT_URL_SIZE
-            size = self.model.entry_bytes(*dims)
-            self._size_of[key] = size
-        return key, size
+            size = self._sizes[(w, h)] = entry_size(self.target, self.model, w, h)
+        return size
+
+    def _key_size(self, url: str, uuid: str | None) -> tuple[tuple, int]:
+        try:
+            ident = self.identify(url, uuid)
+            w, h = ident.width, ident.height
+        except DatasetError:
+            self.undecodable += 1
+            ident, w, h = None, 0, 0
+        if w <= 0:
+            w, h = DEFAULT_URL_SIZE
+        key = ident.key if ident is not None else ("undecodable", url)
+        return key, self._size(w, h)
 
     def on_start(self, turn: Turn, history: list[dict] | None) -> None:
         """Called just before a request is sent (so in dispatch order)."""
-        idx = self.requests
-        self.requests += 1
         refs: list[tuple[str, str | None]] = []
         for msg in history or ():
             content = msg.get("content")
@@ -71,24 +84,139 @@ class ImageTracker:
         uuids = turn.image_uuids or []
         images = turn.images or [""] * len(uuids)
         for i, ref in enumerate(images):
-            refs.append((self.encoder.url(ref) if ref else "", uuids[i] if i < len(uuids) else None))
+            refs.append((self.encoder.url(ref) if ref else "",
+                         uuids[i] if i < len(uuids) else None))
+        keys, sizes = [], []
         for url, uuid in refs:
             key, size = self._key_size(url, uuid)
-            self.keys.append(key)
-            self.sizes.append(size)
-            self.req_index.append(idx)
+            keys.append(key)
+            sizes.append(size)
+        self.requests.append(_Request(request_items(self.target, keys, sizes), len(keys)))
 
-    def predict(self, capacity_bytes: float, profiling_mask: np.ndarray) -> dict:
-        """Hit counts over the profiling requests (warmup references warm the cache)."""
-        from ..analysis import lru as lru_mod
+    # -- after the run ------------------------------------------------------------------------
+    def events(self, records: list, timeline: dict | None) -> tuple[list[tuple], str]:
+        """Cache events ``(order, kind, request index)`` as the server saw them, and how the
+        order was known."""
+        by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
+        later = self.target.eviction == "freeable" or not self.target.insert_on_lookup
+        out: list[tuple] = []
+        if timeline is not None:
+            for i in range(len(self.requests)):
+                r = by_index.get(i)
+                seqs = timeline.get(r.x_request_id) if r is not None else None
+                if not seqs or seqs[0] is None:
+                    continue  # never looked up (rejected before the cache)
+                out.append((seqs[0], 0, i))
+                if later and seqs[1] is not None:
+                    out.append((seqs[1], 1, i))
+            return sorted(out), "the server's cache timeline (exact)"
+        for i in range(len(self.requests)):
+            r = by_index.get(i)
+            if r is None or (r.error is not None and r.first_token_ns is None):
+                continue  # failed before the server produced anything: assume no lookup
+            out.append((r.start_ns, 0, i))
+            if later:
+                t = r.first_token_ns if self.target.present != "completion" else r.end_ns
+                if t is not None:
+                    out.append((t, 1, i))
+        how = "request start order" + (", later moments at first token / end of response"
+                                       if later else "")
+        return sorted(out), how
 
-        if not self.keys:
+    def replay(self, events: list[tuple]) -> np.ndarray:
+        """Predicted hits per request, replaying ``events`` through the target's cache."""
+        cache = make_cache(self.target, self.target.capacity(self.capacity))
+        hits = np.zeros(len(self.requests), np.int64)
+        for _, kind, i in events:
+            if kind == 1:
+                cache.finish(i)
+                continue
+            req = self.requests[i]
+            flags = image_flags(self.target, cache.lookup(i, req.items), req.images)
+            hits[i] = sum(flags)
+        return hits
+
+    def predict(self, records: list, profiling: np.ndarray, timeline: dict | None = None) -> dict:
+        """Hit counts over the profiling requests (warmup requests warm the cache)."""
+        if not self.requests:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
-        hits = lru_mod.lru_hits(self.keys, self.sizes, capacity_bytes)
-        req = np.asarray(self.req_index, np.int64)
-        keep = profiling_mask[req] if profiling_mask.size else np.ones(req.size, bool)
-        h = int(hits[keep].sum())
-        n = int(keep.sum())
-        per_req = np.bincount(req[hits], minlength=self.requests)
-        return {"references": n, "hits": h, "misses": n - h,
-                "hit_rate": h / n if n else None, "per_request_hits": per_req}
+        events, how = self.events(records, timeline)
+        per_req = self.replay(events)
+        looked = np.zeros(len(self.requests), bool)
+        looked[[i for _, kind, i in events if kind == 0]] = True
+        refs = np.array([r.images for r in self.requests], np.int64)
+        keep = looked & (profiling[:len(self.requests)] if profiling.size else True)
+        h, n = int(per_req[keep].sum()), int(refs[keep].sum())
+        return {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
+                "order": how, "per_request_hits": per_req}
+
+
+def prediction_setup(cfg: Any, encoder: Any) -> tuple[ImageTracker | None, str | None]:
+    """The tracker for a bench run, or why there is none. A model outside the registry needs
+    its geometry (a local folder or flags): the run goes on, but says so on stderr at once."""
+    import sys
+
+    from ..caches import get_target
+    from ..vlm import resolve_model
+
+    if not cfg.predict:
+        return None, "prediction off (--no-predict)"
+    target = get_target(cfg.cache)
+    try:
+        model = resolve_model(cfg.model, cfg.model_path, **(cfg.geometry or {}))
+    except UserError as exc:
+        note = f"no cache prediction: {exc}"
+        print(f"warning: {note} (or --no-predict)", file=sys.stderr)
+        return None, note
+    return ImageTracker(model, target, cfg.cache_gb, encoder), None
+
+
+def prediction_result(tracker: ImageTracker | None, note: str | None, records: list,
+                      started: int, timeline: dict | None) -> dict | None:
+    """The export's ``predicted`` block (per-request predictions are set on the records)."""
+    if tracker is None:
+        return {"note": note} if note else None
+    mask = np.zeros(started, bool)
+    for r in records:
+        if r.dispatch_index is not None and r.phase == "profiling":
+            mask[r.dispatch_index] = True
+    try:
+        pred = tracker.predict(records, mask, timeline)
+    except UserError as exc:
+        return {"note": f"prediction failed: {exc}"}
+    per_req = pred.pop("per_request_hits", None)
+    if per_req is not None:
+        for r in records:
+            if r.dispatch_index is not None and r.dispatch_index < per_req.size:
+                r.predicted_hits = int(per_req[r.dispatch_index])
+    t = tracker.target
+    pred.update(model=tracker.model.name, geometry=tracker.model.geometry(), cache=t.name,
+                capacity=tracker.capacity, unit=t.unit, keying=t.key, engine=t.engine)
+    if t.unit == "GiB":
+        pred["cache_gb"] = tracker.capacity
+    if tracker.undecodable:
+        pred["note"] = (f"{tracker.undecodable} images undecodable; sized as "
+                        f"{DEFAULT_URL_SIZE[0]}x{DEFAULT_URL_SIZE[1]}")
+    return pred
+
+
+async def fetch_timeline(url: str, expected: set[str], timeout: float = 5.0) -> dict | None:
+    """The simulator's cache timeline (None from any other server). Waits briefly until every
+    expected request is in it (a handler records its request as it finishes)."""
+    import asyncio
+
+    import aiohttp
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+            while True:
+                async with s.get(url.rstrip("/") + TIMELINE_PATH) as resp:
+                    if resp.status != 200:
+                        return None
+                    events = (await resp.json()).get("events") or {}
+                if expected <= events.keys() or asyncio.get_running_loop().time() > deadline:
+                    return events
+                await asyncio.sleep(0.05)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None

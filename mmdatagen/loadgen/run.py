@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..errors import UserError
 from ..io.readers import detect_format, iter_turns
@@ -19,6 +18,7 @@ from ..metrics import build_export, console_table, write_exports
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
+from .predict import fetch_timeline, prediction_result, prediction_setup
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.I)
 RATE_DEFAULT_CAP = 1024
@@ -46,7 +46,10 @@ class BenchConfig:
     api_key: str | None = None
     endpoint_type: str = "chat"
     profile: str = "qwen3-vl-30b-gb200"
-    cache_gb: float = 10.0
+    cache_gb: float = 10.0  # capacity of the cache target, in its own unit (GiB, MiB, tokens)
+    cache: str = "dynamo-embedding"
+    model_path: str | None = None
+    geometry: dict[str, int] = field(default_factory=dict)
     sim_args: list[str] = field(default_factory=list)
     time_scale: float = 1.0
     http_client: str = "raw"
@@ -204,15 +207,6 @@ class Progress:
             self.bar.close()
 
 
-def _model_for_prediction(name: str):
-    from ..vlm import get_model
-
-    try:
-        return get_model(name), None
-    except UserError:
-        return None, f"model {name!r} not in the registry: no prediction"
-
-
 def to_simulated_time(records: list, scale: float) -> None:
     """Rescale wall-clock records to the simulator's time (simulated = wall / time_scale)."""
     if scale == 1.0 or not records:
@@ -266,14 +260,9 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     ctx = Context(client=client, path=target.path_for(ENDPOINT_PATHS[cfg.endpoint_type]),
                   body_cfg=body_cfg, encoder=encoder, source=source, sched=sched,
                   multi_turn=fmt == "multi_turn")
-    tracker, note = None, None
-    if cfg.predict:
-        vm, note = _model_for_prediction(cfg.model)
-        if vm is not None:
-            from .predict import ImageTracker
-
-            tracker = ImageTracker(vm, encoder)
-            ctx.on_start = tracker.on_start
+    tracker, note = prediction_setup(cfg, encoder)
+    if tracker is not None:
+        ctx.on_start = tracker.on_start
 
     n_workers = cfg.concurrency or (RATE_DEFAULT_CAP if cfg.request_rate else 1)
     before = await scrape_metrics(url)
@@ -326,28 +315,10 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
                 max((r.response_end_ns or r.start_ns) for r in records) + wall_offset)
     scale = cfg.time_scale if embedded else 1.0
     to_simulated_time(records, scale)
-    predicted = None
+    timeline = None
     if tracker is not None:
-        mask = np.zeros(ctx.started, bool)
-        for r in records:
-            if r.dispatch_index is not None and r.phase == "profiling":
-                mask[r.dispatch_index] = True
-        try:
-            pred = tracker.predict(cfg.cache_gb * (1 << 30), mask)
-        except UserError as exc:
-            pred = {"note": f"prediction failed: {exc}"}
-        per_req = pred.pop("per_request_hits", None)
-        if per_req is not None:
-            for r in records:
-                if r.dispatch_index is not None and r.dispatch_index < per_req.size:
-                    r.predicted_hits = int(per_req[r.dispatch_index])
-        pred.update(model=tracker.model.name, cache_gb=cfg.cache_gb, keying="bytes (uuid when given)",
-                    order="actual dispatch order")
-        if tracker.undecodable:
-            pred["note"] = f"{tracker.undecodable} images undecodable; sized as 640x480"
-        predicted = pred
-    elif note:
-        predicted = {"note": note}
+        timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
+    predicted = prediction_result(tracker, note, records, ctx.started, timeline)
     run_info = {
         "url": url, "endpoint": ctx.path, "dataset_format": fmt, "workers": n_workers,
         "http_client": type(client).__name__, "requests_started": ctx.started,

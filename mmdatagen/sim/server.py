@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 from aiohttp import web
 
+from ..caches import TIMELINE_PATH
 from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimRequest
 from .faults import FaultConfig, FaultInjector, RequestFaults
@@ -30,7 +31,6 @@ from .protocol import (
 
 MAX_LAG_S = 0.05  # behind schedule by more than this: restart the step clock instead of catching up
 JSON = "application/json"
-TIMELINE_PATH = "/mmdatagen/cache_timeline"
 TIMELINE_MAX = 1 << 20  # requests whose cache events are kept for the loader's replay
 
 
