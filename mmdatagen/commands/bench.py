@@ -148,13 +148,20 @@ def ab(a_cache_gb, b_cache_gb, a_profile, b_profile, a_sim_arg, b_sim_arg, label
     exports = []
     base_args = list(kw["sim_args"])
     base_profile = kw["profile"]
+    runs = []
     for tag, gb, prof, extra, label in (("a", a_cache_gb, a_profile, a_sim_arg, labels[0]),
                                         ("b", b_cache_gb, b_profile, b_sim_arg, labels[1])):
         kw["profile"] = prof or base_profile
-        cfg = _config(kw, url=None, cache_gb=gb, output_dir=output_dir / tag)
+        try:
+            cfg = _config(kw, url=None, cache_gb=gb, output_dir=output_dir / tag)
+        except UserError as exc:
+            raise UserError(f"run {tag.upper()}: {exc}") from None
         cfg.sim_args = base_args + list(extra)
+        _check_run(tag, cfg)  # both runs' settings before run A starts
+        runs.append((tag, gb, label, cfg))
+    for tag, gb, label, cfg in runs:
         if not kw["quiet"]:
-            click.echo(f"== run {tag.upper()}: {label} (profile {kw['profile']}, cache {gb:g} GiB)",
+            click.echo(f"== run {tag.upper()}: {label} (profile {cfg.profile}, cache {gb:g} GiB)",
                        err=True)
         result = run_bench(cfg)
         if result.export.get("was_cancelled"):
@@ -163,6 +170,20 @@ def ab(a_cache_gb, b_cache_gb, a_profile, b_profile, a_sim_arg, b_sim_arg, label
             click.echo(_run_summary(tag, result.export), err=True)
         exports.append(result.export)
     _emit_comparison(exports[0], exports[1], tuple(labels), output_dir, chart)
+
+
+def _check_run(tag: str, cfg) -> None:
+    """One run's settings, including its simulator arguments (parsed as ``serve`` would)."""
+    from ..loadgen.run import check_config
+    from .serve import serve
+
+    try:
+        check_config(cfg)
+        serve.make_context("serve", list(cfg.sim_args), resilient_parsing=False)
+    except UserError as exc:
+        raise UserError(f"run {tag.upper()}: {exc}") from None
+    except click.ClickException as exc:
+        raise UserError(f"run {tag.upper()}: simulator argument: {exc.format_message()}") from None
 
 
 def _run_summary(tag: str, ex: dict) -> str:

@@ -106,6 +106,13 @@ def _validate(cfg: BenchConfig) -> None:
         raise UserError("--fixed-schedule needs single_turn or multi_turn timestamps")
     if cfg.arrival not in ("poisson", "constant"):
         raise UserError("--arrival must be poisson or constant")
+    from ..io.atomic import check_not_input
+    from ..metrics import EXPORT_NAME, RECORDS_NAME
+
+    out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output-dir {out} exists and is not a folder")
+    check_not_input([out / EXPORT_NAME, out / RECORDS_NAME], [Path(cfg.input_file)])
 
 
 async def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float] | None:
@@ -231,6 +238,66 @@ async def _fixed(ctx: Context, turns, cfg: BenchConfig) -> None:
         ctx.sched.stop()
 
 
+class _Stopper:
+    """Ctrl-C and SIGTERM during a run: stop issuing, let in-flight requests finish for the
+    grace period (Ctrl-C; a second one stops at once) or stop them now (SIGTERM: Kubernetes
+    and Docker follow it with SIGKILL), then write the partial export."""
+
+    def __init__(self, loop, sched, ctx: Context, tasks: list, grace: float) -> None:
+        self.loop, self.sched, self.ctx, self.tasks, self.grace = loop, sched, ctx, tasks, grace
+        self.presses = 0
+        self.cancelled = False
+        self.guarded: asyncio.Future | None = None
+
+    def cancel_all(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+
+    def on_signal(self, terminate: bool) -> None:
+        self.presses += 1
+        self.cancelled = True
+        self.sched.stop()
+        if self.guarded is not None and not self.guarded.done():
+            self.guarded.cancel()
+        if terminate or self.presses > 1:
+            self.cancel_all()
+        else:
+            print(f"\ninterrupted: no new requests; waiting up to {self.grace:g} s for "
+                  f"{self.ctx.in_flight} in flight (Ctrl-C again to stop now)", file=sys.stderr)
+            self.loop.call_later(self.grace, self.cancel_all)
+
+    async def guard(self, coro):
+        """Await ``coro`` unless a signal arrives first (then None)."""
+        if self.cancelled and self.presses > 1:
+            coro.close()
+            return None
+        self.guarded = asyncio.ensure_future(coro)
+        try:
+            return await self.guarded
+        except asyncio.CancelledError:
+            if self.guarded.cancelled() and asyncio.current_task().cancelling() == 0:
+                return None
+            raise
+        finally:
+            self.guarded = None
+
+    @contextlib.contextmanager
+    def installed(self):
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        installed = []
+        for sig, term in ((signal.SIGINT, False), (signal.SIGTERM, True)):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                self.loop.add_signal_handler(sig, self.on_signal, term)
+                installed.append(sig)
+        try:
+            yield self
+        finally:
+            for sig in installed:
+                self.loop.remove_signal_handler(sig)
+                with contextlib.suppress(TypeError, ValueError):
+                    signal.signal(sig, previous[sig])  # asyncio resets to the default
+
+
 async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
     fmt = cfg.dataset_type
     if fmt == "auto":
@@ -265,49 +332,32 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
         ctx.on_start = tracker.on_start
 
     n_workers = cfg.concurrency or (RATE_DEFAULT_CAP if cfg.request_rate else 1)
-    before = await scrape_metrics(url)
-    wall_offset = time.time_ns() - time.perf_counter_ns()
-    total = None if count is None else count + cfg.warmup_request_count
-    progress = Progress(ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
     loop = asyncio.get_running_loop()
-    if cfg.fixed_schedule:
-        n_workers = cfg.concurrency or 0
-        tasks = [asyncio.ensure_future(_fixed(ctx, open_turns(), cfg))]
-    else:
-        tasks = [asyncio.ensure_future(worker(ctx)) for _ in range(n_workers)]
-    cancelled = {"flag": False, "presses": 0}
-
-    def cancel_all() -> None:
-        for t in tasks:
-            t.cancel()
-
-    def on_sigint() -> None:
-        cancelled["presses"] += 1
-        cancelled["flag"] = True
-        sched.stop()
-        if cancelled["presses"] == 1:
-            print(f"\ninterrupted: no new requests; waiting up to {cfg.grace_period:g} s for "
-                  f"{ctx.in_flight} in flight (Ctrl-C again to stop now)", file=sys.stderr)
-            loop.call_later(cfg.grace_period, cancel_all)
+    tasks: list[asyncio.Future] = []
+    stop = _Stopper(loop, sched, ctx, tasks, cfg.grace_period)
+    with stop.installed():  # Ctrl-C and SIGTERM from here on: a partial export, never none
+        before = await stop.guard(scrape_metrics(url))
+        wall_offset = time.time_ns() - time.perf_counter_ns()
+        total = None if count is None else count + cfg.warmup_request_count
+        progress = Progress(ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
+        if stop.cancelled:
+            pass  # stopped during the first scrape: no request is sent
+        elif cfg.fixed_schedule:
+            n_workers = cfg.concurrency or 0
+            tasks.append(asyncio.ensure_future(_fixed(ctx, open_turns(), cfg)))
         else:
-            cancel_all()
-
-    installed = False
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-        installed = True
-    prog_task = asyncio.ensure_future(progress.run())
-    try:
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-    finally:
-        prog_task.cancel()
-        progress.close()
-        if installed:
-            loop.remove_signal_handler(signal.SIGINT)
-        await client.close()
-    crashes = [r for r in results if isinstance(r, BaseException)
-               and not isinstance(r, asyncio.CancelledError)]
-    after = await scrape_metrics(url)
+            tasks.extend(asyncio.ensure_future(worker(ctx)) for _ in range(n_workers))
+        prog_task = asyncio.ensure_future(progress.run())
+        try:
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            prog_task.cancel()
+            progress.close()
+            await client.close()
+        crashes = [r for r in results if isinstance(r, BaseException)
+                   and not isinstance(r, asyncio.CancelledError)]
+        after = await stop.guard(scrape_metrics(url, timeout=1.0 if stop.cancelled else 5.0))
+    cancelled = {"flag": stop.cancelled}
     records = ctx.records
     span = None
     if records:
@@ -351,6 +401,17 @@ def _run_loop(coro):
         return runner.run(coro)
 
 
+def check_config(cfg: BenchConfig) -> None:
+    """Every check ``run_bench`` makes before it starts anything (``ab`` checks both runs first)."""
+    _validate(cfg)
+    if not cfg.url:
+        from ..sim.profile import load_profile
+
+        load_profile(cfg.profile)
+        if cfg.cache_gb < 0:
+            raise UserError("the cache size must not be negative")
+
+
 def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run one benchmark (starting the embedded simulator when ``cfg.url`` is None)."""
     _validate(cfg)
@@ -358,6 +419,19 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
         return _run_loop(_run_async(cfg, cfg.url))
     from ..sim.embedded import EmbeddedServer
 
-    with EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb, extra_args=cfg.sim_args,
-                        time_scale=cfg.time_scale) as srv:
+    server = EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb, extra_args=cfg.sim_args,
+                            time_scale=cfg.time_scale)
+    try:
+        server.start()
+    except KeyboardInterrupt:  # stopped while the simulator starts: an empty, cancelled export
+        _write_unstarted(cfg)
+        raise
+    with server as srv:
         return _run_loop(_run_async(cfg, srv.url, embedded=True))
+
+
+def _write_unstarted(cfg: BenchConfig) -> None:
+    """The export of a run stopped before its first request (was_cancelled, no records)."""
+    export = build_export([], input_config=cfg.public(), run_info={"requests_started": 0},
+                          was_cancelled=True)
+    write_exports(Path(cfg.output_dir), [], export)

@@ -7,19 +7,35 @@ A subprocess, so client and server never share a GIL.
 """
 from __future__ import annotations
 
-import json
+import collections
+import functools
+import os
+import queue
+import re
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import urllib.request
-from pathlib import Path
 
 from ..errors import UserError
+from ..lifecycle import die_with_parent
+
+LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+def _drain(stream, sink) -> None:
+    """Read a child's output line by line until it closes (keeps its pipe from filling)."""
+    for raw in iter(stream.readline, b""):
+        sink(raw.decode("utf-8", "replace").rstrip())
+    stream.close()
 
 
 class EmbeddedServer:
+    """The simulator as a child process that dies with this one (even on SIGKILL: the kernel
+    sends it SIGTERM) and leaves nothing on disk: its address comes from its first stdout line."""
+
     def __init__(self, profile: str = "qwen3-vl-30b-gb200", cache_gb: float = 10.0,
                  extra_args: list[str] | tuple[str, ...] = (), time_scale: float = 1.0,
                  startup_timeout: float = 30.0, grace: float = 5.0) -> None:
@@ -29,48 +45,63 @@ class EmbeddedServer:
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.port = 0
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._stderr: collections.deque[str] = collections.deque(maxlen=40)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "mmdatagen", "serve", "--host", "127.0.0.1", "--port", "0",
+                "--profile", self.profile, "--embedding-cache-gb", str(self.cache_gb),
+                "--time-scale", str(self.time_scale), *self.extra_args]
 
     def start(self) -> EmbeddedServer:
-        self._tmp = tempfile.TemporaryDirectory(prefix="mmdatagen-serve-")
-        ready = Path(self._tmp.name) / "ready.json"
-        log = open(Path(self._tmp.name) / "stderr.log", "wb")
-        cmd = [sys.executable, "-m", "mmdatagen", "serve", "--host", "127.0.0.1", "--port", "0",
-               "--profile", self.profile, "--embedding-cache-gb", str(self.cache_gb),
-               "--time-scale", str(self.time_scale), "--ready-file", str(ready), *self.extra_args]
+        lines: queue.Queue[str | None] = queue.Queue()
         # Own session: a Ctrl-C at the terminal reaches the loader only, which then drains its
         # in-flight requests for its grace period and stops the simulator itself.
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
+        self.proc = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=functools.partial(die_with_parent, signal.SIGTERM, os.getpid()))
+        threading.Thread(target=_drain, args=(self.proc.stdout, lines.put), daemon=True).start()
+        threading.Thread(target=_drain, args=(self.proc.stderr, self._stderr.append),
+                         daemon=True).start()
         deadline = time.monotonic() + self.startup_timeout
-        while not ready.exists():
+        try:
+            self.url = self._wait_url(lines, deadline)
+            self.port = int(self.url.rsplit(":", 1)[1])
+            self._wait_healthy(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_url(self, lines: queue.Queue, deadline: float) -> str:
+        while True:
+            try:
+                line = lines.get(timeout=0.05)
+            except queue.Empty:
+                line = ""
+            if line and (m := LISTENING.search(line)):
+                return m.group(1)
             if self.proc.poll() is not None:
+                time.sleep(0.05)  # let the stderr reader catch the last words
                 raise UserError(f"embedded simulator failed to start: {self._stderr_tail()}")
             if time.monotonic() > deadline:
-                self.stop()
                 raise UserError("embedded simulator did not start in time")
-            time.sleep(0.02)
-        info = json.loads(ready.read_text())
-        self.port, self.url = info["port"], info["url"]
+
+    def _wait_healthy(self, deadline: float) -> None:
         while True:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
                     if resp.status == 200:
-                        return self
+                        return
             except OSError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
                 raise UserError(f"embedded simulator not healthy: {self._stderr_tail()}")
             time.sleep(0.02)
 
     def _stderr_tail(self) -> str:
-        try:
-            text = (Path(self._tmp.name) / "stderr.log").read_text(errors="replace").strip()
-        except (OSError, AttributeError):
-            return "no output"
-        return text.splitlines()[-1] if text else "no output"
+        lines = [x for x in self._stderr if x.strip()]
+        return lines[-1] if lines else "no output"
 
     def stop(self) -> int | None:
         """SIGTERM, then kill after the grace period; returns the exit code."""
@@ -85,13 +116,10 @@ class EmbeddedServer:
                     self.proc.wait()
             code = self.proc.returncode
             self.proc = None
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
         return code
 
     def __enter__(self) -> EmbeddedServer:
-        return self.start()
+        return self if self.proc is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -12,6 +12,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ..errors import UserError
+from ..io.atomic import atomic_write_bytes, check_target
 from .server import SimServer
 
 
@@ -48,9 +49,8 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if ready_file is not None:
-        tmp = ready_file.with_name(ready_file.name + ".tmp")
-        tmp.write_text(json.dumps({"url": url, "port": bound, "pid": os.getpid()}))
-        os.replace(tmp, ready_file)
+        atomic_write_bytes(ready_file, json.dumps({"url": url, "port": bound,
+                                                   "pid": os.getpid()}).encode())
     print(f"mmdatagen serve: listening on {url} (profile {sim.p.name}, "
           f"embedding cache {sim.cache_gb:g} GiB, time scale {sim.scale:g}; "
           "a performance model, not a language model)", flush=True)
@@ -63,6 +63,11 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
 
 
 def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
+    if ready_file is not None:  # a missing or unwritable folder: one line before binding
+        folder = Path(ready_file).parent
+        if not folder.is_dir():
+            raise UserError(f"--ready-file folder {folder} does not exist")
+        check_target(Path(ready_file), force=True)
     try:
         import uvloop  # type: ignore[import-not-found]
         runner = uvloop.run
