@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "ab": "mmdatagen.commands.bench:ab",
     "compare": "mmdatagen.commands.bench:compare",
     "merge": "mmdatagen.commands.merge:merge",
+    "sweep": "mmdatagen.commands.sweep:sweep",
 }
 
 

@@ -7,6 +7,7 @@ import click
 import orjson
 
 from ..errors import UserError
+from .sweep import goodput_option, report_options, write_report
 
 DEFAULT_PROFILE = "qwen3-vl-30b-gb200"
 SEED_A_EXTRA = ("max_tokens:150", "min_tokens:150", "ignore_eos:true")
@@ -62,10 +63,12 @@ def _common_options(f):
         click.option("--random-seed", "seed", type=int, default=0, show_default=True),
         click.option("--no-predict", is_flag=True, help="Skip the predicted cache hits."),
         click.option("-q", "--quiet", is_flag=True, help="No progress bar and no table."),
+        click.option("--metrics-interval", type=float, default=1.0, show_default=True,
+                     help="Seconds between the server's /metrics scrapes during the run."),
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return report_options(goodput_option(f))
 
 
 def _config(kw: dict, *, url: str | None, cache_gb: float, output_dir: Path):
@@ -96,7 +99,21 @@ def _config(kw: dict, *, url: str | None, cache_gb: float, output_dir: Path):
         endpoint_type=kw["endpoint_type"], profile=kw["profile"], cache_gb=cache_gb,
         sim_args=list(kw["sim_args"]), time_scale=kw["time_scale"],
         http_client=kw["http_client"], grace_period=kw["grace_period"], seed=kw["seed"],
-        quiet=kw["quiet"], predict=not kw["no_predict"], fixed_schedule=kw["fixed_schedule"])
+        quiet=kw["quiet"], predict=not kw["no_predict"], fixed_schedule=kw["fixed_schedule"],
+        goodput=_slos(kw), metrics_interval=_interval(kw))
+
+
+def _slos(kw: dict) -> dict[str, float]:
+    from ..loadgen.goodput import parse_slos
+
+    return parse_slos(kw.get("goodput"))
+
+
+def _interval(kw: dict) -> float:
+    v = kw.get("metrics_interval", 1.0)
+    if v <= 0:
+        raise UserError("--metrics-interval must be positive")
+    return v
 
 
 @click.command()
@@ -114,7 +131,17 @@ def bench(url, cache_gb, output_dir, **kw):
     result = run_bench(cfg)
     if not kw["quiet"]:
         click.echo(result.table)
+        gp = result.export.get("goodput")
+        if gp:
+            click.echo(f"Goodput: {result.export['good_request_count']['avg']:,} good requests, "
+                       f"{gp['avg'] or 0:,.2f} req/s (objectives "
+                       + ", ".join(f"{k} <= {v:g}" for k, v in gp["slos"].items()) + ")")
         click.echo(f"\nexports: {result.paths['export']}  {result.paths['records']}")
+    if not kw["no_report"]:
+        from ..report.html import runs_report
+
+        write_report(runs_report("bench", [("run", result.export)], "mmdatagen bench"),
+                     output_dir, kw["quiet"], kw["png"])
     if result.export.get("was_cancelled"):
         raise SystemExit(130)
 
@@ -169,7 +196,8 @@ def ab(a_cache_gb, b_cache_gb, a_profile, b_profile, a_sim_arg, b_sim_arg, label
         if not kw["quiet"]:
             click.echo(_run_summary(tag, result.export), err=True)
         exports.append(result.export)
-    _emit_comparison(exports[0], exports[1], tuple(labels), output_dir, chart)
+    _emit_comparison(exports[0], exports[1], tuple(labels), output_dir, chart,
+                     report=not kw["no_report"], kind="ab", png=kw["png"])
 
 
 def _check_run(tag: str, cfg) -> None:
@@ -198,7 +226,8 @@ def _run_summary(tag: str, ex: dict) -> str:
     return ", ".join(parts)
 
 
-def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool) -> None:
+def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool,
+                     report: bool = True, kind: str = "compare", png: bool = False) -> None:
     from ..io.atomic import atomic_write_bytes
     from ..loadgen import compare as cmp
 
@@ -215,6 +244,11 @@ def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart
         cmp.chart(table, out / "comparison.png")
         written.append(out / "comparison.png")
     click.echo("\nwritten: " + "  ".join(str(p) for p in written))
+    if report:
+        from ..report.html import runs_report
+
+        write_report(runs_report(kind, [(labels[0], a), (labels[1], b)], f"mmdatagen {kind}: "
+                                 f"{labels[0]} vs {labels[1]}", comparison=table), out, False, png)
 
 
 @click.command()
@@ -224,9 +258,24 @@ def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
               help="Where comparison.md / comparison.json (/ .png) go.")
 @click.option("--chart", is_flag=True, help="Also write comparison.png (needs matplotlib).")
-def compare(run_a, run_b, labels, output_dir, chart):
+@goodput_option
+@report_options
+def compare(run_a, run_b, labels, output_dir, chart, goodput, no_report, png):
     """Compare two runs (folders or export JSONs, ours or AIPerf's): Metric | A | B | Delta %."""
     from ..loadgen import compare as cmp
+    from ..loadgen.goodput import goodput_from_records_file, parse_slos
+    from ..metrics import RECORDS_NAME
 
-    _emit_comparison(cmp.load_export(run_a), cmp.load_export(run_b), tuple(labels), output_dir,
-                     chart)
+    slos = parse_slos(goodput)
+    exports = []
+    for run in (run_a, run_b):
+        ex = cmp.load_export(run)
+        if slos:
+            gp = goodput_from_records_file(cmp.find_export(run).parent / RECORDS_NAME, ex, slos)
+            if gp is None:
+                raise UserError(f"--goodput needs the per-request records.jsonl beside the "
+                                f"export of {run}")
+            ex.update(gp)
+        exports.append(ex)
+    _emit_comparison(exports[0], exports[1], tuple(labels), output_dir, chart,
+                     report=not no_report, png=png)

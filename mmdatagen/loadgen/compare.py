@@ -77,6 +77,11 @@ def compare(a: dict, b: dict, labels: tuple[str, str]) -> dict[str, Any]:
         va, vb = _value(a, tag, stat), _value(b, tag, stat)
         rows.append({"metric": label, "tag": tag, "stat": stat, "a": va, "b": vb,
                      "delta_pct": delta_pct(va, vb)})
+    if _value(a, "goodput", "avg") is not None or _value(b, "goodput", "avg") is not None:
+        for label, tag in (("Goodput (req/s)", "goodput"), ("Good requests", "good_request_count")):
+            va, vb = _value(a, tag, "avg"), _value(b, tag, "avg")
+            rows.append({"metric": label, "tag": tag, "stat": "avg", "a": va, "b": vb,
+                         "delta_pct": delta_pct(va, vb)})
     ha = ((a.get("image_cache") or {}).get("measured") or {}).get("hit_rate")
     hb = ((b.get("image_cache") or {}).get("measured") or {}).get("hit_rate")
     if ha is not None or hb is not None:

@@ -19,6 +19,7 @@ from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
 from .predict import fetch_timeline, prediction_result, prediction_setup
+from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.I)
 RATE_DEFAULT_CAP = 1024
@@ -59,6 +60,8 @@ class BenchConfig:
     predict: bool = True
     fixed_schedule: bool = False
     image_cache_bytes: int = 1 << 30
+    goodput: dict[str, float] = field(default_factory=dict)  # SLO tag -> objective (goodput.py)
+    metrics_interval: float = 1.0  # seconds between /metrics scrapes during the run
 
     def public(self) -> dict[str, Any]:
         """The config as written to exports: no API key, secret-looking headers redacted."""
@@ -113,68 +116,6 @@ def _validate(cfg: BenchConfig) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--output-dir {out} exists and is not a folder")
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME], [Path(cfg.input_file)])
-
-
-async def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float] | None:
-    """Cache counters from ``/metrics`` (simulator, vLLM, Dynamo); None when unavailable."""
-    import aiohttp
-
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
-            async with s.get(url.rstrip("/") + "/metrics") as resp:
-                if resp.status != 200:
-                    return None
-                text = await resp.text()
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
-        return None
-    return parse_cache_counters(text)
-
-
-def parse_cache_counters(text: str) -> dict[str, float]:
-    """Sum the known cache counters across label sets, per family."""
-    out: dict[str, float] = {}
-    names = {
-        "mmdatagen_sim_embedding_cache_hits_total": "sim_hits",
-        "mmdatagen_sim_embedding_cache_misses_total": "sim_misses",
-        "vllm:mm_cache_queries_total": "vllm_queries", "vllm:mm_cache_queries": "vllm_queries",
-        "vllm:mm_cache_hits_total": "vllm_hits", "vllm:mm_cache_hits": "vllm_hits",
-        "dynamo_component_embedding_cache_hits_total": "dynamo_hits",
-        "dynamo_component_embedding_cache_misses_total": "dynamo_misses",
-    }
-    for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        key = names.get(name)
-        if key is None:
-            continue
-        try:
-            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[-1])
-        except ValueError:
-            continue
-    return out
-
-
-def counter_delta(before: dict | None, after: dict | None) -> dict | None:
-    """Hits/queries over the run from two scrapes, from the first counter family present.
-
-    ``before`` may be empty (labelled counters appear only after their first increment);
-    None means the scrape failed.
-    """
-    if before is None or not after:
-        return None
-    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    for src, hk, mk, qk in (("simulator /metrics", "sim_hits", "sim_misses", None),
-                            ("vllm:mm_cache_*", "vllm_hits", None, "vllm_queries"),
-                            ("dynamo_component_embedding_cache_*", "dynamo_hits",
-                             "dynamo_misses", None)):
-        if hk in d:
-            hits = d[hk]
-            queries = d.get(qk, 0.0) if qk else hits + d.get(mk, 0.0)
-            return {"source": src, "hits": int(hits), "queries": int(queries),
-                    "hit_rate": hits / queries if queries else None,
-                    "note": "includes warmup requests and any other traffic"}
-    return None
 
 
 class Progress:
@@ -336,7 +277,8 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     tasks: list[asyncio.Future] = []
     stop = _Stopper(loop, sched, ctx, tasks, cfg.grace_period)
     with stop.installed():  # Ctrl-C and SIGTERM from here on: a partial export, never none
-        before = await stop.guard(scrape_metrics(url))
+        sampler = MetricsSampler(url, cfg.metrics_interval, quiet=cfg.quiet)
+        before = await stop.guard(sampler.start())
         wall_offset = time.time_ns() - time.perf_counter_ns()
         total = None if count is None else count + cfg.warmup_request_count
         progress = Progress(ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
@@ -356,9 +298,12 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
             await client.close()
         crashes = [r for r in results if isinstance(r, BaseException)
                    and not isinstance(r, asyncio.CancelledError)]
-        after = await stop.guard(scrape_metrics(url, timeout=1.0 if stop.cancelled else 5.0))
+        after = await stop.guard(sampler.stop())
+        await sampler.close()  # also when a second signal cut the last scrape short
     cancelled = {"flag": stop.cancelled}
     records = ctx.records
+    prof_starts = [r.start_ns for r in records if r.phase == "profiling"]
+    series_base = min(prof_starts) if prof_starts else None
     span = None
     if records:
         span = (min(r.start_ns for r in records) + wall_offset,
@@ -386,6 +331,14 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
                           was_cancelled=cancelled["flag"] or ctx.fatal is not None, wall_offset_ns=wall_offset,
                           predicted=predicted, scraped=counter_delta(before, after),
                           wall_span_ns=span)
+    export["server_metrics_timeseries"] = sampler.series(series_base, scale)
+    if cfg.goodput:
+        from .goodput import export_goodput
+
+        export.update(export_goodput(records, export, cfg.goodput))
+    from ..report.aggregate import run_aggregates
+
+    export.update(run_aggregates(records))
     paths = write_exports(Path(cfg.output_dir), records, export)
     if ctx.fatal is not None:
         raise UserError(f"{ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")

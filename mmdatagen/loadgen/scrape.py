@@ -1,0 +1,231 @@
+"""The server's Prometheus ``/metrics``: cache counters before/after a run, and a time series.
+
+Known names (summed over label sets, per family):
+
+- simulator: ``mmdatagen_sim_embedding_cache_{hits,misses}_total``,
+  ``mmdatagen_sim_requests_running``, ``mmdatagen_sim_requests_waiting``;
+- vLLM: ``vllm:mm_cache_queries`` / ``vllm:mm_cache_hits`` (processor cache; ``_total`` suffix
+  on newer clients), ``vllm:num_requests_running``, ``vllm:num_requests_waiting``;
+- Dynamo: ``dynamo_component_embedding_cache_{hits,misses}_total`` (aggregated embedding cache),
+  ``dynamo_frontend_inflight_requests``, ``dynamo_frontend_queued_requests``.
+
+A server without ``/metrics`` (or with none of these names) is fine: the sampler says so once and
+the export records why there is no series.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+# exposition name -> our key
+COUNTERS: dict[str, str] = {
+    "mmdatagen_sim_embedding_cache_hits_total": "sim_hits",
+    "mmdatagen_sim_embedding_cache_misses_total": "sim_misses",
+    "vllm:mm_cache_queries_total": "vllm_queries", "vllm:mm_cache_queries": "vllm_queries",
+    "vllm:mm_cache_hits_total": "vllm_hits", "vllm:mm_cache_hits": "vllm_hits",
+    "dynamo_component_embedding_cache_hits_total": "dynamo_hits",
+    "dynamo_component_embedding_cache_misses_total": "dynamo_misses",
+}
+GAUGES: dict[str, str] = {
+    "mmdatagen_sim_requests_running": "running", "vllm:num_requests_running": "running",
+    "dynamo_frontend_inflight_requests": "running",
+    "mmdatagen_sim_requests_waiting": "waiting", "vllm:num_requests_waiting": "waiting",
+    "dynamo_frontend_queued_requests": "waiting",
+}
+# (source label, hits key, misses key or None, queries key or None), first present wins
+FAMILIES = (("simulator /metrics", "sim_hits", "sim_misses", None),
+            ("vllm:mm_cache_*", "vllm_hits", None, "vllm_queries"),
+            ("dynamo_component_embedding_cache_*", "dynamo_hits", "dynamo_misses", None))
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Known counters and gauges from Prometheus text, summed across label sets."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        key = COUNTERS.get(name) or GAUGES.get(name)
+        if key is None:
+            continue
+        try:
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[-1])
+        except ValueError:
+            continue
+    return out
+
+
+def parse_cache_counters(text: str) -> dict[str, float]:
+    """Only the cache counters (the before/after delta's input)."""
+    counters = set(COUNTERS.values())
+    return {k: v for k, v in parse_metrics(text).items() if k in counters}
+
+
+async def fetch_metrics_text(url: str, timeout: float = 5.0, session=None) -> str | None:
+    """The body of ``GET {url}/metrics``; None when the server has none or is unreachable."""
+    import aiohttp
+
+    async def get(s) -> str | None:
+        async with s.get(url.rstrip("/") + "/metrics") as resp:
+            if resp.status != 200:
+                return None
+            return await resp.text()
+
+    try:
+        if session is not None:
+            return await get(session)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+            return await get(s)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+        return None
+
+
+async def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float] | None:
+    """Cache counters from ``/metrics`` (simulator, vLLM, Dynamo); None when unavailable."""
+    text = await fetch_metrics_text(url, timeout)
+    return None if text is None else parse_cache_counters(text)
+
+
+def _family(d: dict) -> tuple[str, float, float] | None:
+    for src, hk, mk, qk in FAMILIES:
+        if hk in d:
+            hits = d[hk]
+            queries = d.get(qk, 0.0) if qk else hits + d.get(mk, 0.0)
+            return src, hits, queries
+    return None
+
+
+def counter_delta(before: dict | None, after: dict | None) -> dict | None:
+    """Hits/queries over the run from two scrapes, from the first counter family present.
+
+    ``before`` may be empty (labelled counters appear only after their first increment);
+    None means the scrape failed.
+    """
+    if before is None or not after:
+        return None
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    fam = _family(d)
+    if fam is None:
+        return None
+    src, hits, queries = fam
+    return {"source": src, "hits": int(hits), "queries": int(queries),
+            "hit_rate": hits / queries if queries else None,
+            "note": "includes warmup requests and any other traffic"}
+
+
+class MetricsSampler:
+    """Scrapes ``/metrics`` every ``interval_s`` seconds while a run is under way.
+
+    Each sample keeps the time (``perf_counter_ns``, the records' clock) and the known counters
+    and gauges. :meth:`series` turns them into the export's ``server_metrics_timeseries``: time
+    in seconds from the first profiling request, queue depth, running requests, and the cache
+    hit rate of each interval (from counter deltas).
+    """
+
+    def __init__(self, url: str, interval_s: float = 1.0, quiet: bool = False) -> None:
+        self.url = url
+        self.interval_s = max(0.05, float(interval_s))
+        self.quiet = quiet
+        self.samples: list[tuple[int, dict[str, float]]] = []
+        self.unavailable: str | None = None
+        self._task: asyncio.Task | None = None
+        self._session = None
+
+    async def _scrape(self) -> dict[str, float] | None:
+        text = await fetch_metrics_text(self.url, session=self._session)
+        if text is None:
+            return None
+        vals = parse_metrics(text)
+        self.samples.append((time.perf_counter_ns(), vals))
+        return vals
+
+    async def start(self) -> dict[str, float] | None:
+        """First scrape (the 'before' counters); starts the periodic task when it answered."""
+        import aiohttp
+
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0))
+        first = await self._scrape()
+        if first is None:
+            self.unavailable = "the server has no /metrics (or it did not answer)"
+        elif not first:
+            self.unavailable = "the server's /metrics has none of the known names"
+        if self.unavailable is not None:
+            if not self.quiet:
+                print(f"note: server metrics not collected: {self.unavailable}", file=sys.stderr)
+            if first is None:
+                await self._session.close()
+                self._session = None
+                return None
+        else:
+            self._task = asyncio.ensure_future(self._loop())
+        return parse_cache_subset(first)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self._scrape()
+
+    async def stop(self) -> dict[str, float] | None:
+        """Stop sampling; one last scrape (the 'after' counters)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the loop only scrapes
+                pass
+            self._task = None
+        last = None
+        if self._session is not None:
+            last = await self._scrape()
+            await self._session.close()
+            self._session = None
+        return parse_cache_subset(last)
+
+    async def close(self) -> None:
+        """Release the task and the HTTP session (idempotent)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def series(self, base_ns: int | None, scale: float = 1.0) -> dict[str, Any]:
+        """The export block: aligned to ``base_ns`` (first profiling start), simulated seconds."""
+        if self.unavailable is not None and (not self.samples or not any(v for _, v in self.samples)):
+            return {"available": False, "reason": self.unavailable, "url": self.url}
+        return build_series(self.samples, base_ns, scale, self.interval_s, self.url)
+
+
+def parse_cache_subset(vals: dict[str, float] | None) -> dict[str, float] | None:
+    if vals is None:
+        return None
+    counters = set(COUNTERS.values())
+    return {k: v for k, v in vals.items() if k in counters}
+
+
+def build_series(samples: list[tuple[int, dict[str, float]]], base_ns: int | None, scale: float,
+                 interval_s: float, url: str = "") -> dict[str, Any]:
+    """Samples -> columns: ``t_s``, ``running``, ``waiting``, ``hit_rate`` (per interval)."""
+    if not samples:
+        return {"available": False, "reason": "no samples", "url": url}
+    base = base_ns if base_ns is not None else samples[0][0]
+    t = [round((ns - base) / 1e9 / scale, 4) for ns, _ in samples]
+    running = [v.get("running") for _, v in samples]
+    waiting = [v.get("waiting") for _, v in samples]
+    fams = [_family(v) for _, v in samples]
+    source = next((f[0] for f in fams if f is not None), None)
+    hits_cum = [None if f is None else f[1] for f in fams]
+    queries_cum = [None if f is None else f[2] for f in fams]
+    hit_rate: list[float | None] = [None] * len(samples)
+    for i in range(1, len(samples)):
+        a, b = fams[i - 1], fams[i]
+        if a is not None and b is not None and b[2] - a[2] > 0:
+            hit_rate[i] = (b[1] - a[1]) / (b[2] - a[2])
+    return {"available": True, "url": url, "interval_s": interval_s / scale,
+            "time_unit": "s from the first profiling request" + (" (simulated)" if scale != 1
+                                                                 else ""),
+            "cache_source": source, "t_s": t, "running": running, "waiting": waiting,
+            "cache_hits": hits_cum, "cache_queries": queries_cum, "hit_rate": hit_rate}

@@ -1,0 +1,187 @@
+"""The report's plots as data: one :class:`Figure` per plot, drawn as inline SVG and as PNG.
+
+Builders here only read exports (and the aggregates stored in them); renderers live in
+``svg.py`` (HTML) and ``png.py`` (matplotlib). Nothing here depends on either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+
+
+@dataclass
+class Series:
+    label: str
+    xs: list[float]
+    ys: list[float | None]
+    kind: str = "line"  # line | step | scatter | bar
+    color: str | None = None
+    dashed: bool = False
+
+
+@dataclass
+class Figure:
+    key: str  # file stem of the PNG and id of the SVG
+    title: str
+    x_label: str
+    y_label: str
+    series: list[Series] = field(default_factory=list)
+    y_min: float | None = None
+    y_max: float | None = None
+    x_min: float | None = None
+    categories: list[str] | None = None  # bar charts: x tick labels
+    note: str = ""
+
+    def colored(self) -> Figure:
+        for i, s in enumerate(self.series):
+            if s.color is None:
+                s.color = PALETTE[i % len(PALETTE)]
+        return self
+
+    def empty(self) -> bool:
+        return not any(any(y is not None for y in s.ys) for s in self.series)
+
+
+def _dist(ex: dict, tag: str) -> tuple[list[float], list[float]] | None:
+    """CDF points: from the stored 201-level quantiles, else the export's percentile block."""
+    d = ex.get("distributions") or {}
+    q = d.get(tag)
+    if q:
+        return list(q), [lv / 100.0 for lv in d.get("levels_pct", [])]
+    b = ex.get(tag) or {}
+    pts = [(b.get("min"), 0.0)] + [(b.get(f"p{p}"), p / 100.0)
+                                   for p in (1, 5, 10, 25, 50, 75, 90, 95, 99)] + [(b.get("max"), 1.0)]
+    pts = [(x, y) for x, y in pts if isinstance(x, (int, float))]
+    if not pts:
+        return None
+    return [x for x, _ in pts], [y for _, y in pts]
+
+
+def cdf_figure(runs: list[tuple[str, dict]], tag: str, title: str, key: str) -> Figure:
+    fig = Figure(key, title, f"{title} (ms)", "fraction of requests", y_min=0.0, y_max=1.0)
+    for label, ex in runs:
+        pts = _dist(ex, tag)
+        if pts:
+            fig.series.append(Series(label, pts[0], pts[1], "line"))
+    return fig.colored()
+
+
+def timeline_figures(label: str, ex: dict, key: str) -> list[Figure]:
+    """Requests in flight, throughput per second, hit rate over time (client and server)."""
+    tl = ex.get("timeline") or {}
+    figs: list[Figure] = []
+    t = tl.get("t_s") or []
+    prefix = f"{label}: " if label else ""
+    if t:
+        f = Figure(f"{key}_inflight", f"{prefix}requests in flight", "time (s)", "requests",
+                   y_min=0.0)
+        f.series.append(Series("client: in flight (mean per bin)", t, tl["in_flight"], "step"))
+        srv = ex.get("server_metrics_timeseries") or {}
+        if srv.get("available"):
+            if any(v is not None for v in srv.get("running") or []):
+                f.series.append(Series("server: running", srv["t_s"], srv["running"], "line"))
+            if any(v is not None for v in srv.get("waiting") or []):
+                f.series.append(Series("server: waiting (queue depth)", srv["t_s"],
+                                       srv["waiting"], "line"))
+        figs.append(f.colored())
+        f = Figure(f"{key}_throughput", f"{prefix}throughput per second", "time (s)",
+                   "per second", y_min=0.0)
+        f.series.append(Series("output tokens/s", t, tl["output_tokens_per_s"], "step"))
+        f.series.append(Series("completed requests/s x 100", t,
+                               [x * 100 for x in tl["completed_per_s"]], "step", dashed=True))
+        figs.append(f.colored())
+    f = Figure(f"{key}_hitrate", f"{prefix}image cache hit rate over time", "time (s)",
+               "hit rate (%)", y_min=0.0, y_max=100.0)
+    if t and tl.get("hits") is not None:
+        rate = [100.0 * h / (h + m) if h + m else None for h, m in zip(tl["hits"], tl["misses"])]
+        f.series.append(Series("measured (headers)", t, rate, "step"))
+        if tl.get("predicted_hits") is not None:
+            refs = [h + m for h, m in zip(tl["hits"], tl["misses"])]
+            pr = [100.0 * p / r if r else None for p, r in zip(tl["predicted_hits"], refs)]
+            f.series.append(Series("predicted (LRU replay)", t, pr, "step", dashed=True))
+    srv = ex.get("server_metrics_timeseries") or {}
+    if srv.get("available") and any(v is not None for v in srv.get("hit_rate") or []):
+        f.series.append(Series(f"server /metrics ({srv.get('cache_source')})", srv["t_s"],
+                               [None if v is None else 100.0 * v for v in srv["hit_rate"]], "line"))
+    if not f.empty():
+        figs.append(f.colored())
+    return figs
+
+
+def cache_figure(runs: list[tuple[str, dict]], key: str = "cache_hits") -> Figure | None:
+    """Predicted beside measured hit rate per run (bars)."""
+    cats = [label for label, _ in runs]
+    meas, pred, srv = [], [], []
+    for _, ex in runs:
+        c = ex.get("image_cache") or {}
+        meas.append(_pct((c.get("measured") or {}).get("hit_rate")))
+        pred.append(_pct((c.get("predicted") or {}).get("hit_rate")))
+        srv.append(_pct((c.get("server_metrics") or {}).get("hit_rate")))
+    fig = Figure(key, "image cache hit rate: predicted beside measured", "run", "hit rate (%)",
+                 y_min=0.0, y_max=100.0, categories=cats)
+    xs = list(range(len(cats)))
+    for label, ys in (("predicted", pred), ("measured (headers)", meas),
+                      ("measured (server /metrics)", srv)):
+        if any(y is not None for y in ys):
+            fig.series.append(Series(label, xs, ys, "bar"))
+    return None if fig.empty() else fig.colored()
+
+
+def _pct(x: Any) -> float | None:
+    return None if x is None else 100.0 * float(x)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Points not dominated by another (higher throughput and lower latency), by throughput."""
+    pts = sorted(p for p in points if p[0] is not None and p[1] is not None)
+    front: list[tuple[float, float]] = []
+    best = float("inf")
+    for x, y in sorted(pts, key=lambda p: (-p[0], p[1])):
+        if y < best:
+            front.append((x, y))
+            best = y
+    return sorted(front)
+
+
+def pareto_figure(points: list[dict], stat: str, key: str) -> Figure:
+    """Throughput (x) against TTFT ``stat`` (y) per sweep point, with the Pareto front."""
+    fig = Figure(key, f"output throughput vs TTFT {stat}", "output tokens/s (mean of repeats)",
+                 f"TTFT {stat} (ms)", y_min=0.0, x_min=0.0)
+    pts = [(p["summary"]["output_token_throughput"]["mean"],
+            p["summary"][f"ttft_{stat}"]["mean"]) for p in points
+           if p["summary"].get("output_token_throughput", {}).get("mean") is not None
+           and p["summary"].get(f"ttft_{stat}", {}).get("mean") is not None]
+    if pts:
+        fig.series.append(Series("sweep points", [x for x, _ in pts], [y for _, y in pts],
+                                 "scatter"))
+        front = pareto_front(pts)
+        fig.series.append(Series("Pareto front", [x for x, _ in front], [y for _, y in front],
+                                 "line", dashed=True))
+    fig.note = "; ".join(p["name"] for p in points)
+    return fig.colored()
+
+
+def cache_size_figure(points: list[dict], key: str = "sweep_hit_rate") -> Figure | None:
+    """Hit rate against cache size, measured beside predicted (only when cache size varies)."""
+    sizes = {p["params"].get("cache_gb") for p in points}
+    if len(sizes) < 2:
+        return None
+    groups: dict[str, list[dict]] = {}
+    for p in points:
+        rest = ", ".join(f"{k}={v}" for k, v in p["params"].items() if k != "cache_gb")
+        groups.setdefault(rest, []).append(p)
+    fig = Figure(key, "image cache hit rate vs cache size", "cache (GiB)", "hit rate (%)",
+                 y_min=0.0, y_max=100.0, x_min=0.0)
+    for rest, pts in groups.items():
+        pts = sorted(pts, key=lambda p: p["params"]["cache_gb"])
+        xs = [p["params"]["cache_gb"] for p in pts]
+        suffix = f" ({rest})" if rest and len(groups) > 1 else ""
+        for metric, label, dashed in (("hit_rate", "measured", False),
+                                      ("predicted_hit_rate", "predicted", True)):
+            ys = [_pct(p["summary"].get(metric, {}).get("mean")) for p in pts]
+            if any(y is not None for y in ys):
+                fig.series.append(Series(label + suffix, xs, ys, "line", dashed=dashed))
+    return None if fig.empty() else fig.colored()

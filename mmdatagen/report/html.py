@@ -1,0 +1,342 @@
+"""``report.html``: one self-contained page (inline CSS and SVG, no network) per bench/ab/compare/sweep.
+
+Sections: summary table (one run, the A/B table, or the sweep table with 95 % confidence
+intervals), goodput, TTFT and ITL distributions (CDF), per-run timelines (requests in flight,
+throughput per second, cache hit rate over time; server running/waiting when /metrics was
+scraped), predicted beside measured cache hits, and for sweeps throughput against TTFT p50/p99
+with the Pareto front and hit rate against cache size. The same figures are written as PNGs.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from . import figures as F
+from . import svg
+
+REPORT_NAME = "report.html"
+PLOTS_DIR = "plots"
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
+max-width:1420px;padding:0 16px;color:#222}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+.meta{color:#666;font-size:12px}table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f5f5f5}
+td:first-child,th:first-child{text-align:left}.grid{stroke:#eee}.axis{stroke:#888}
+.frame{fill:none;stroke:#bbb}.ct{font-size:13px;font-weight:600}.tk{font-size:10px;fill:#555}
+.al{font-size:11px;fill:#333}.lg{font-size:10.5px;fill:#333}.charts{display:flex;flex-wrap:wrap;
+gap:8px}.note{color:#666;font-size:12px}.pos{color:#1a7f37}.neg{color:#b42318}
+"""
+# One small script: marks the page as rendered (the browser test checks it ran without errors)
+# and lets a click on a table header sort that table.
+JS = """
+document.querySelectorAll('table.sortable th').forEach(function(th,i){th.style.cursor='pointer';
+th.addEventListener('click',function(){var tb=th.closest('table').tBodies[0];
+var rows=Array.prototype.slice.call(tb.rows);rows.sort(function(a,b){
+var x=parseFloat(a.cells[i].dataset.value),y=parseFloat(b.cells[i].dataset.value);
+if(isNaN(x)||isNaN(y)){return a.cells[i].textContent.localeCompare(b.cells[i].textContent);}
+return x-y;});rows.forEach(function(r){tb.appendChild(r);});});});
+document.body.dataset.rendered='1';
+"""
+
+
+def fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "N/A"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return escape(str(v))
+
+
+def cell(v: Any, metric: str | None = None, digits: int = 2, cls: str = "") -> str:
+    attrs = ""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        attrs += f' data-value="{v!r}"'
+    if metric:
+        attrs += f' data-metric="{escape(metric)}"'
+    if cls:
+        attrs += f' class="{cls}"'
+    return f"<td{attrs}>{fmt(v, digits)}</td>"
+
+
+def table(head: list[str], rows: list[str], cls: str = "") -> str:
+    h = "".join(f"<th>{escape(x)}</th>" for x in head)
+    c = f' class="{cls}"' if cls else ""
+    return f"<table{c}><thead><tr>{h}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# label, export tag, statistic (the seeds' A/B rows plus goodput and counts)
+SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("Output TPS (tok/s)", "output_token_throughput", "avg"),
+    ("Request throughput (req/s)", "request_throughput", "avg"),
+    ("TTFT avg (ms)", "time_to_first_token", "avg"),
+    ("TTFT p50 (ms)", "time_to_first_token", "p50"),
+    ("TTFT p99 (ms)", "time_to_first_token", "p99"),
+    ("ITL avg (ms)", "inter_token_latency", "avg"),
+    ("ITL p99 (ms)", "inter_token_latency", "p99"),
+    ("Request latency avg (ms)", "request_latency", "avg"),
+    ("Request latency p99 (ms)", "request_latency", "p99"),
+    ("Goodput (req/s)", "goodput", "avg"),
+    ("Good requests", "good_request_count", "avg"),
+    ("Requests (ok)", "request_count", "avg"),
+    ("Errors", "error_request_count", "avg"),
+    ("Benchmark duration (s)", "benchmark_duration", "avg"),
+)
+
+
+def value(ex: dict, tag: str, stat: str) -> float | int | None:
+    b = ex.get(tag)
+    if not isinstance(b, dict):
+        return None
+    v = b.get(stat)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def hit_rates(ex: dict) -> dict[str, float | None]:
+    c = ex.get("image_cache") or {}
+    return {k: (c.get(src) or {}).get("hit_rate") for k, src in
+            (("predicted", "predicted"), ("measured", "measured"), ("server", "server_metrics"))}
+
+
+@dataclass
+class Report:
+    kind: str
+    title: str
+    subtitle: str = ""
+    sections: list[tuple[str, str]] = field(default_factory=list)
+    figures: list[F.Figure] = field(default_factory=list)
+
+    def add(self, heading: str, body: str) -> None:
+        self.sections.append((heading, body))
+
+    def add_figures(self, heading: str, figs: list[F.Figure | None], note: str = "") -> None:
+        figs = [f for f in figs if f is not None and not f.empty()]
+        if not figs:
+            return
+        self.figures.extend(figs)
+        body = '<div class="charts">' + "".join(svg.render(f) for f in figs) + "</div>"
+        if note:
+            body += f'<p class="note">{escape(note)}</p>'
+        self.add(heading, body)
+
+    def html(self) -> str:
+        now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        toc = "".join(f'<li><a href="#s{i}">{escape(h)}</a></li>'
+                      for i, (h, _) in enumerate(self.sections))
+        body = "".join(f'<section id="s{i}"><h2>{escape(h)}</h2>{b}</section>'
+                       for i, (h, b) in enumerate(self.sections))
+        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+                f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+                f"<title>{escape(self.title)}</title><style>{CSS}</style></head>"
+                f'<body data-kind="{escape(self.kind)}"><h1>{escape(self.title)}</h1>'
+                f'<p class="meta">{escape(self.subtitle)} · mmdatagen {__version__} · built {now}'
+                f"</p><ul>{toc}</ul>{body}<script>{JS}</script></body></html>")
+
+    def write(self, out_dir: Path, png: bool = False) -> dict[str, Any]:
+        """Write ``report.html``; with ``png`` also ``plots/<figure>.png`` (needs matplotlib)."""
+        from ..errors import UserError
+        from ..io.atomic import atomic_write_bytes
+        from . import png as png_mod
+
+        out_dir = Path(out_dir)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create {out_dir}: {exc.strerror}") from None
+        path = out_dir / REPORT_NAME
+        atomic_write_bytes(path, self.html().encode())
+        res: dict[str, Any] = {"html": path, "pngs": []}
+        if png:
+            if not png_mod.available():
+                raise UserError("--png needs matplotlib: pip install matplotlib "
+                                f"(report.html is written: {path})")
+            plots = out_dir / PLOTS_DIR
+            plots.mkdir(exist_ok=True)
+            res["pngs"] = png_mod.write_pngs(self.figures, plots)
+        return res
+
+
+def _summary_rows(runs: list[tuple[str, dict]], delta: bool) -> str:
+    head = ["Metric", *[label for label, _ in runs]] + (["Delta %"] if delta else [])
+    rows = []
+    for label, tag, stat in SUMMARY_ROWS:
+        vals = [value(ex, tag, stat) for _, ex in runs]
+        if all(v is None for v in vals):
+            continue
+        tds = "".join(cell(v, f"{tag}.{stat}") for v in vals)
+        if delta:
+            a, b = vals
+            d = (a - b) / b * 100 if a is not None and b not in (None, 0) else None
+            cls = "" if d is None else ("pos" if d >= 0 else "neg")
+            tds += cell(d, "delta", 1, cls)
+        rows.append(f"<tr><td>{escape(label)}</td>{tds}</tr>")
+    for key, label in (("predicted", "Image cache hit rate, predicted (%)"),
+                       ("measured", "Image cache hit rate, measured by headers (%)"),
+                       ("server", "Image cache hit rate, server /metrics (%)")):
+        vals = [hit_rates(ex)[key] for _, ex in runs]
+        if all(v is None for v in vals):
+            continue
+        tds = "".join(cell(None if v is None else v * 100, f"hit_rate.{key}") for v in vals)
+        rows.append(f"<tr><td>{escape(label)}</td>{tds}{'<td></td>' if delta else ''}</tr>")
+    return table(head, rows)
+
+
+def _goodput_note(runs: list[tuple[str, dict]]) -> str:
+    for _, ex in runs:
+        slos = (ex.get("goodput") or {}).get("slos")
+        if slos:
+            objs = ", ".join(f"{k} <= {v:g}" for k, v in slos.items())
+            return (f"Goodput: successful requests per second meeting every objective ({objs}; "
+                    "ms), the definition of vLLM's and AIPerf's --goodput.")
+    return ""
+
+
+def _cache_table(runs: list[tuple[str, dict]]) -> str:
+    rows = []
+    for label, ex in runs:
+        c = ex.get("image_cache") or {}
+        p, m, s = c.get("predicted") or {}, c.get("measured") or {}, c.get("server_metrics") or {}
+        rows.append(
+            f"<tr><td>{escape(label)}</td>"
+            + cell(p.get("hits"), "predicted.hits") + cell(p.get("references"), "predicted.refs")
+            + cell(None if p.get("hit_rate") is None else p["hit_rate"] * 100, "predicted.rate")
+            + cell(m.get("hits"), "measured.hits")
+            + cell(None if m.get("hits") is None else m["hits"] + m["misses"], "measured.refs")
+            + cell(None if m.get("hit_rate") is None else m["hit_rate"] * 100, "measured.rate")
+            + cell(None if s.get("hit_rate") is None else s["hit_rate"] * 100, "server.rate")
+            + "</tr>")
+    notes = [f"{label}: {(ex.get('image_cache') or {}).get('predicted', {}).get('note')}"
+             for label, ex in runs
+             if ((ex.get("image_cache") or {}).get("predicted") or {}).get("note")]
+    head = ["Run", "Predicted hits", "References", "Predicted %", "Measured hits", "References",
+            "Measured %", "Server /metrics %"]
+    extra = "".join(f'<p class="note">{escape(n)}</p>' for n in notes)
+    return table(head, rows) + extra
+
+
+def _server_note(runs: list[tuple[str, dict]]) -> str:
+    notes = []
+    for label, ex in runs:
+        s = ex.get("server_metrics_timeseries")
+        if isinstance(s, dict) and not s.get("available"):
+            notes.append(f"{label}: server metrics not collected ({s.get('reason')}).")
+    return " ".join(notes)
+
+
+def runs_report(kind: str, runs: list[tuple[str, dict]], title: str,
+                comparison: dict | None = None) -> Report:
+    """bench (one run) or ab/compare (two runs): tables, CDFs, timelines, cache."""
+    first = runs[0][1].get("input_config") or {}
+    sub = f"dataset {first.get('input_file') or first.get('dataset') or '?'}"
+    rep = Report(kind, title, sub)
+    delta = len(runs) == 2
+    body = _summary_rows(runs, delta)
+    if comparison is not None:
+        body += '<p class="note">Delta % = (A - B) / B, as in the seeds\' A/B tables.</p>'
+    note = _goodput_note(runs)
+    if note:
+        body += f'<p class="note">{escape(note)}</p>'
+    rep.add("Summary" if len(runs) == 1 else "A/B table", body)
+    rep.add_figures("Latency distributions (CDF)", [
+        F.cdf_figure(runs, "time_to_first_token", "TTFT", "cdf_ttft"),
+        F.cdf_figure(runs, "inter_token_latency", "ITL", "cdf_itl"),
+        F.cdf_figure(runs, "request_latency", "Request latency", "cdf_latency")],
+        note="From 201 stored quantiles per run (the export's percentile block for exports "
+             "without them, e.g. AIPerf's).")
+    for i, (label, ex) in enumerate(runs):
+        tag = "run" if len(runs) == 1 else f"run{chr(97 + i)}"
+        rep.add_figures(f"Timeline: {label}" if len(runs) > 1 else "Timeline",
+                        F.timeline_figures(label if len(runs) > 1 else "", ex, tag),
+                        note=_timeline_note(ex))
+    cache = F.cache_figure(runs)
+    if cache is not None or any((ex.get("image_cache") or {}).get("predicted") for _, ex in runs):
+        rep.add("Image cache: predicted beside measured", _cache_table(runs))
+        rep.add_figures("Image cache hit rate", [cache])
+    srv = _server_note(runs)
+    if srv:
+        rep.add("Server metrics", f'<p class="note">{escape(srv)}</p>')
+    return rep
+
+
+def _timeline_note(ex: dict) -> str:
+    tl = ex.get("timeline") or {}
+    if not tl:
+        return "No timeline stored in this export."
+    s = ex.get("server_metrics_timeseries") or {}
+    parts = [f"Bins of {tl.get('bin_s'):g} s from the first profiling request; hit rates by "
+             "request start."]
+    if s.get("available"):
+        parts.append(f"Server series scraped from {s.get('url')}/metrics every "
+                     f"{s.get('interval_s'):g} s.")
+    return " ".join(parts)
+
+
+SWEEP_COLS: tuple[tuple[str, str, int], ...] = (
+    ("output_token_throughput", "Output TPS", 1), ("request_throughput", "Req/s", 2),
+    ("ttft_avg", "TTFT avg ms", 1), ("ttft_p50", "TTFT p50 ms", 1), ("ttft_p99", "TTFT p99 ms", 1),
+    ("itl_avg", "ITL avg ms", 2), ("latency_avg", "Latency avg ms", 1),
+    ("hit_rate", "Hit rate %", 1), ("predicted_hit_rate", "Predicted hit rate %", 1),
+    ("goodput", "Goodput req/s", 2), ("error_count", "Errors", 0))
+
+
+def sweep_report(doc: dict, representatives: dict[str, dict] | None = None) -> Report:
+    """The sweep: table of means with 95 % CIs, Pareto plots, hit rate vs cache size, CDFs."""
+    points = doc["points"]
+    rep = Report("sweep", "mmdatagen sweep",
+                 f"dataset {doc.get('dataset')} · {len(points)} points x {doc.get('repeats')} "
+                 f"repeats · target {doc.get('target')}")
+    present = [c for c in SWEEP_COLS
+               if any(p["summary"].get(c[0], {}).get("mean") is not None for p in points)]
+    params = list(doc.get("grid") or {})
+    head = ["Point", *params, *[c[1] for c in present]]
+    rows = []
+    for p in points:
+        tds = "".join(cell(p["params"].get(k), f"param.{k}", 3) for k in params)
+        for key, _, digits in present:
+            s = p["summary"].get(key) or {}
+            m, half = s.get("mean"), s.get("ci95_half")
+            if key.endswith("hit_rate"):  # fractions -> %
+                m = None if m is None else m * 100
+                half = None if half is None else half * 100
+            txt = fmt(m, digits) + ("" if half is None else f" ± {fmt(half, digits)}")
+            attr = "" if m is None else f' data-value="{m!r}"'
+            tds += f'<td data-metric="{key}"{attr}>{txt}</td>'
+        rows.append(f"<tr><td>{escape(p['name'])}</td>{tds}</tr>")
+    body = table(head, rows, "sortable")
+    body += ('<p class="note">Mean over repeats ± half-width of the 95 % confidence interval '
+             "(Student t, n-1 degrees of freedom); sweep.csv has every repeat, sweep.json the "
+             "standard deviation, min and max. Click a header to sort.</p>")
+    note = _goodput_note([(p["name"], {"goodput": {"slos": doc.get("goodput_slos")}})
+                          for p in points[:1]])
+    if note:
+        body += f'<p class="note">{escape(note)}</p>'
+    rep.add("Sweep table", body)
+    rep.add_figures("Throughput against latency (Pareto front)", [
+        F.pareto_figure(points, "p50", "pareto_ttft_p50"),
+        F.pareto_figure(points, "p99", "pareto_ttft_p99")],
+        note="Each point is a sweep point (mean of its repeats); the dashed line joins the points "
+             "no other point beats on both throughput and TTFT.")
+    rep.add_figures("Hit rate against cache size", [F.cache_size_figure(points)],
+                    note="Measured: the simulator's/server's hits over the profiling requests; "
+                         "predicted: the exact LRU replay of the same requests.")
+    representatives = representatives or {}
+    reps = [(p["name"], representatives[p["name"]]) for p in points
+            if representatives.get(p["name"])]
+    if reps:
+        rep.add_figures("Latency distributions (CDF, first repeat of each point)", [
+            F.cdf_figure(reps, "time_to_first_token", "TTFT", "cdf_ttft"),
+            F.cdf_figure(reps, "inter_token_latency", "ITL", "cdf_itl")])
+        last = reps[-1]
+        rep.add_figures(f"Timeline: {last[0]} (first repeat)",
+                        F.timeline_figures(last[0], last[1], "last_point"),
+                        note=_timeline_note(last[1]))
+    return rep
