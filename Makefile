@@ -24,6 +24,7 @@ demo: install
 	$(BIN)/mmdatagen ab --input-file $(DEMO)/seed_a.jsonl --output-dir $(DEMO)/ab
 
 test: install-test
+	command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)  # report browser test
 	$(BIN)/python -m pytest -n 2
 
 clean:
