@@ -26,12 +26,17 @@ DISPATCH = ("file", "sessions")
 
 
 def events(num_rows: int, in_flight: int, sessions: np.ndarray | None = None,
-           dispatch: str = "file") -> np.ndarray:
-    """Dispatch and completion events in time order: row r dispatched is ``r``, completed ``~r``."""
+           dispatch: str = "file", seed: int | None = None) -> np.ndarray:
+    """Dispatch and completion events in time order: row r dispatched is ``r``, completed ``~r``.
+
+    ``seed`` None: the oldest request in flight completes first; else a seeded random one."""
     if in_flight < 1:
         raise UserError(f"--in-flight must be at least 1, got {in_flight}")
     if dispatch not in DISPATCH:
         raise UserError(f"unknown dispatch order {dispatch!r}; choose from {', '.join(DISPATCH)}")
+    rng = None if seed is None else np.random.default_rng(seed)
+    if rng is not None and (dispatch == "file" or sessions is None):
+        return _random_file_events(num_rows, in_flight, rng)
     if dispatch == "file" or sessions is None:
         n, k = num_rows, min(in_flight, num_rows)
         mid = np.empty(2 * (n - k), np.int64)
@@ -53,12 +58,32 @@ def events(num_rows: int, in_flight: int, sessions: np.ndarray | None = None,
     while waiting and len(running) < in_flight:
         start(waiting.popleft())
     while running:
-        row, g = running.popleft()
+        if rng is None:
+            row, g = running.popleft()
+        else:
+            k = int(rng.integers(len(running)))
+            row, g = running[k]
+            del running[k]
         out.append(~row)
         if pos[g] < len(groups[g]):
             start(g)
         elif waiting:
             start(waiting.popleft())
+    return np.array(out, np.int64)
+
+
+def _random_file_events(num_rows: int, in_flight: int, rng) -> np.ndarray:
+    out: list[int] = []
+    running: list[int] = []
+    nxt = 0
+    while nxt < num_rows or running:
+        while nxt < num_rows and len(running) < in_flight:
+            running.append(nxt)
+            out.append(nxt)
+            nxt += 1
+        k = int(rng.integers(len(running)))
+        running[k], running[-1] = running[-1], running[k]
+        out.append(~running.pop())
     return np.array(out, np.int64)
 
 

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..caches import DEFAULT_TARGET, CacheTarget, get_target
+from ..caches.targets import UNIT_SCALE
 from ..errors import UserError
 from ..vlm import VisionModel
 from . import concurrency
+from . import targets as T
 from .lru import OVERSIZE, Curve, lru_curve
 from .trace import Trace
 
@@ -16,27 +19,48 @@ GIB = 1 << 30
 FRACTIONS = (0.9, 0.99, 1.0)
 INSERT = ("schedule", "completion")
 CURVE_SAMPLES = 400  # capacities simulated for a curve under insert-at-completion
+REPLAY_SAMPLES = 48  # capacities replayed for a curve where no one-pass answer exists
+SPREAD_ORDERS = 8  # completion orders (FIFO + seeded random) behind an a priori spread
 
 
 @dataclass(frozen=True)
 class Semantics:
-    """How the cache behaves: keying is decided when the trace is built; the rest lives here."""
+    """How the cache behaves: its target (``mmdatagen.caches``) and the a priori concurrency
+    model; ``oversize`` / ``insert`` override the target's own rules when given."""
 
-    oversize: str = "bypass"
-    insert: str = "schedule"
+    oversize: str | None = None
+    insert: str | None = None
     in_flight: int = 1
     dispatch: str = "file"
     real_width: bool = False
+    target: str = DEFAULT_TARGET
+    orders: int = SPREAD_ORDERS
 
     def check(self) -> None:
-        if self.oversize not in OVERSIZE:
+        if self.oversize is not None and self.oversize not in OVERSIZE:
             raise UserError(f"unknown oversize policy {self.oversize!r}")
-        if self.insert not in INSERT:
+        if self.insert is not None and self.insert not in INSERT:
             raise UserError(f"unknown insert policy {self.insert!r}; choose from {', '.join(INSERT)}")
         if self.dispatch not in concurrency.DISPATCH:
             raise UserError(f"unknown dispatch order {self.dispatch!r}")
         if self.in_flight < 1:
             raise UserError(f"--in-flight must be at least 1, got {self.in_flight}")
+        self.cache()
+
+    def cache(self) -> CacheTarget:
+        """The target with this analysis' overrides applied."""
+        t = get_target(self.target)
+        changes: dict = {}
+        if self.oversize is not None:
+            changes["oversize"] = self.oversize
+        if self.insert is not None and t.eviction != "freeable":
+            changes["present"] = t.lookup if self.insert == "schedule" else "completion"
+        return replace(t, **changes) if changes else t
+
+    @property
+    def insert_mode(self) -> str:
+        t = self.cache()
+        return "schedule" if t.insert_on_lookup or t.eviction == "freeable" else "completion"
 
 
 @dataclass
@@ -59,13 +83,11 @@ class Analysis:
                 "tokens_saved": c.hit_tokens}
 
 
-class _Sim:
-    """Insert-at-completion: hits at any capacity by event replay (memoised)."""
+class _Points:
+    """Counts at any capacity from a per-reference hit-flag function (memoised)."""
 
-    def __init__(self, ev: np.ndarray, trace: Trace, sizes: np.ndarray, tokens: np.ndarray,
-                 oversize: str):
-        self.ev, self.ids, self.sizes, self.oversize = ev, trace.ids, sizes, oversize
-        self.row_start = np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
+    def __init__(self, flags_at, trace: Trace, sizes: np.ndarray, tokens: np.ndarray):
+        self.flags_at = flags_at
         self.ref_bytes, self.ref_tokens = sizes[trace.ids], tokens[trace.ids]
         self.starts = np.flatnonzero(np.r_[True, np.diff(trace.ref_row) != 0]) if trace.ids.size \
             else np.zeros(0, np.int64)
@@ -74,9 +96,7 @@ class _Sim:
     def at(self, cap: float, unit_sizes: bool = False) -> dict:
         key = (cap, unit_sizes)
         if key not in self.memo:
-            weights = np.ones_like(self.sizes) if unit_sizes else self.sizes
-            flags = concurrency.completion_flags(self.ev, self.row_start, self.ids, weights, cap,
-                                                 self.oversize)
+            flags = self.flags_at(cap, unit_sizes)
             full = np.minimum.reduceat(flags, self.starts) if flags.size else flags
             self.memo[key] = {
                 "hits": int(flags.sum()), "hit_bytes": int(self.ref_bytes[flags].sum()),
@@ -97,76 +117,184 @@ class _Sim:
         return lo
 
 
+def _completion_points(ev, trace, sizes, tokens, oversize) -> _Points:
+    row_start = np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
+
+    def flags(cap, unit):
+        weights = np.ones_like(sizes) if unit else sizes
+        return concurrency.completion_flags(ev, row_start, trace.ids, weights, cap, oversize)
+    return _Points(flags, trace, sizes, tokens)
+
+
+def _replay_points(target, trace, sizes, tokens, fifo: bool) -> _Points:
+    replays: dict = {}
+
+    def flags(cap, unit):
+        w = np.ones_like(sizes) if unit else sizes
+        if fifo:
+            return T.fifo_flags(trace, w, cap)
+        if unit not in replays:
+            replays[unit] = T.Replay(target, trace, w)
+        return replays[unit].flags(int(min(cap, 1 << 62)))
+    return _Points(flags, trace, sizes, tokens)
+
+
+def _curve_from_points(pts: _Points, caps: np.ndarray, limit: int) -> Curve:
+    """A curve sampled at up to ``limit`` of ``caps``."""
+    if caps.size > limit:
+        caps = caps[np.unique(np.linspace(0, caps.size - 1, limit).astype(int))]
+    got = [pts.at(int(c)) for c in caps]
+    col = {k: np.array([p[k] for p in got], np.int64) for k in ("hits", "hit_bytes",
+                                                               "hit_tokens", "full_requests")}
+    return Curve(caps.astype(np.int64), col["hits"], col["hit_bytes"], col["hit_tokens"],
+                 col["full_requests"])
+
+
+@dataclass
+class _Eval:
+    """How one analysis answers: counts at a capacity (entry unit or images), the best case,
+    the smallest capacity for a hit count, the curve, and whether it was sampled."""
+
+    at_size: object
+    at_images: object
+    smallest: object
+    curve: Curve
+    sampled: bool
+    method: str
+
+
+def _stack_eval(curve: Curve, count_curve: Curve | None, method: str) -> _Eval:
+    def at(c, cv=curve):
+        return {k: int(v[0]) for k, v in cv.at([c]).items()}
+
+    def at_images(c):
+        if count_curve is None:
+            raise UserError("a capacity in images is not defined for this cache target")
+        return at(c, count_curve)
+
+    def smallest(min_hits, unit):
+        return (count_curve if unit else curve).smallest_capacity(min_hits)
+    return _Eval(at, at_images, smallest, curve, False, method)
+
+
+def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
+              want_curve: bool) -> _Eval:
+    """The fastest exact method for the target's policy over ``trace`` (dispatch order)."""
+    ones = np.ones_like(sizes)
+    if t.entry == "embedding-set":
+        return _stack_eval(T.set_curve(trace, sizes, tokens), None,
+                           "one-pass stack curve over image sets (exact)")
+    if t.eviction == "fifo":
+        pts = _replay_points(t, trace, sizes, tokens, fifo=True)
+        caps = lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize).capacity
+        return _Eval(pts.at, lambda c: pts.at(c, True),
+                     lambda h, u: pts.smallest(h, int(sizes.sum()) + 1 if not u else sizes.size, u),
+                     _curve_from_points(pts, caps, REPLAY_SAMPLES) if want_curve else Curve(
+                         *(np.zeros(0, np.int64),) * 5),
+                     True, "one compiled FIFO replay per capacity (exact; FIFO hits need not "
+                           "rise with capacity)")
+    if sem.insert_mode == "completion":
+        pts = _completion_points(ev, trace, sizes, tokens, t.oversize)
+        big = int(sizes[np.unique(trace.ids)].sum()) + 1 if trace.ids.size else 1
+        ref = lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize)
+        return _Eval(pts.at, lambda c: pts.at(c, True),
+                     lambda h, u: pts.smallest(h, int(np.unique(trace.ids).size) if u else big, u),
+                     _curve_from_points(pts, ref.capacity, CURVE_SAMPLES) if want_curve else ref,
+                     True, f"event replay, {sem.in_flight} in flight completing first-in "
+                           "first-out (per capacity)")
+    count_curve = lru_curve(trace.ids, ones, tokens, trace.ref_row, "flush", obj_bytes=sizes)
+    if t.touch_request_first:
+        span = T.request_span(trace, sizes)
+        req = T.touch_required(trace, sizes)
+        curve = Curve(*T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span))
+        pts = _replay_points(t, trace, sizes, tokens, fifo=False)
+
+        def at(c):
+            return pts.at(c) if c < span else {k: int(v[0]) for k, v in curve.at([c]).items()}
+
+        def smallest(min_hits, unit):
+            if unit:
+                return count_curve.smallest_capacity(min_hits)
+            hit = curve.smallest_capacity(min_hits)
+            if hit is not None and hit > span:
+                return hit
+            return pts.smallest(min_hits, span, False)
+        if want_curve and span > 0:
+            low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), 16)
+            curve = Curve(*(np.concatenate([a, b]) for a, b in zip(
+                (low.capacity, low.hits, low.hit_bytes, low.hit_tokens, low.full_requests),
+                (curve.capacity, curve.hits, curve.hit_bytes, curve.hit_tokens,
+                 curve.full_requests))))
+        return _Eval(at, lambda c: {k: int(v[0]) for k, v in count_curve.at([c]).items()},
+                     smallest, curve, span > 0,
+                     "stack distance at each request's start (exact from "
+                     f"{span} up; exact replays below)")
+    return _stack_eval(lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize),
+                       count_curve, "one-pass stack curve (exact)")
+
+
+def _concurrency_model(sem: Semantics, t: CacheTarget, depends: bool) -> str:
+    if not depends:
+        return ("none needed: entries are present from their lookup, so only the dispatch "
+                "order counts" + (" (file order)" if sem.dispatch == "file" else ""))
+    return (f"{sem.in_flight} {'sessions' if sem.dispatch == 'sessions' else 'requests'} in "
+            "flight; completions first-in first-out for the headline, the spread over "
+            f"{sem.orders} orders (first-in first-out and {sem.orders - 1} seeded random)")
+
+
 def analyze(trace: Trace, model: VisionModel, sem: Semantics, cache_bytes: list[float] = (),
             cache_images: list[int] = (), unknown_size: tuple[int, int] | None = None,
             want_curve: bool = True) -> Analysis:
-    """Predict hit rates of ``trace`` for the asked byte and entry capacities, and thresholds."""
+    """Predict hit rates of ``trace`` for the asked capacities (``cache_bytes``: in the
+    target's entry unit, bytes or tokens; ``cache_images``: entries) and thresholds."""
     sem.check()
-    sizes, tokens = trace.costs(model, sem.real_width, unknown_size)
+    t = sem.cache()
+    sizes, tokens = trace.costs(model, sem.real_width, unknown_size, target=t)
+    base = trace
+    depends = sem.dispatch == "sessions" or sem.insert_mode == "completion"
     ev = None
-    if sem.dispatch == "sessions" or sem.insert == "completion":
-        ev = concurrency.events(trace.num_rows, sem.in_flight, trace.sessions, sem.dispatch)
-        if sem.dispatch == "sessions":
-            trace = trace.reordered(concurrency.dispatch_order(ev))
-            ev = concurrency.events(trace.num_rows, sem.in_flight, trace.sessions, sem.dispatch)
+    if depends:
+        trace, ev = _dispatched(trace, sem, None)
     ids, n = trace.ids, int(trace.ids.size)
     used = np.flatnonzero(np.bincount(ids, minlength=sizes.size))
     rows_with_images = int(np.count_nonzero(np.diff(trace.ref_row))) + 1 if n else 0
     totals = {"references": n, "bytes": int(sizes[ids].sum()), "tokens": int(tokens[ids].sum()),
               "requests_with_images": rows_with_images}
-    ones = np.ones_like(sizes)
-    byte_curve = lru_curve(ids, sizes, tokens, trace.ref_row, sem.oversize)
-    count_curve = lru_curve(ids, ones, tokens, trace.ref_row, "flush", obj_bytes=sizes)
+    ev_ = _evaluate(t, trace, sizes, tokens, ev, sem, want_curve)
+    big = int(sizes[used].sum()) * 2 + 1
+    best = ev_.at_size(big)
 
-    if sem.insert == "schedule":
-        def at_bytes(cap):
-            return {k: int(v[0]) for k, v in byte_curve.at([cap]).items()}
+    def row(cap, cap_images, counts) -> dict:
+        out = {"capacity": None if cap is None else cap / UNIT_SCALE[t.unit], "unit": t.unit,
+               "capacity_gib": None if cap is None or t.unit == "tokens" else cap / GIB,
+               "capacity_bytes": cap, "capacity_images": cap_images, **_rates(counts, totals)}
+        return out
 
-        def at_images(cap):
-            return {k: int(v[0]) for k, v in count_curve.at([cap]).items()}
-        best = {"hits": n - used.size, "hit_bytes": totals["bytes"] - int(sizes[used].sum()),
-                "hit_tokens": totals["tokens"] - int(tokens[used].sum()),
-                "full_requests": int(byte_curve.full_requests[-1]) if byte_curve.hits.size else 0}
-
-        def smallest(min_hits, unit):
-            return (count_curve if unit else byte_curve).smallest_capacity(min_hits)
-        curve, sampled = byte_curve, False
-    else:
-        sim = _Sim(ev, trace, sizes, tokens, sem.oversize)
-        big = int(sizes[used].sum()) + 1
-
-        def at_bytes(cap):
-            return sim.at(cap)
-
-        def at_images(cap):
-            return sim.at(cap, unit_sizes=True)
-        best = sim.at(big)
-
-        def smallest(min_hits, unit):
-            return sim.smallest(min_hits, used.size if unit else big, unit)
-        curve, sampled = (_sampled_curve(sim, byte_curve) if want_curve else byte_curve), True
-
-    def row(cap_bytes, cap_images, counts) -> dict:
-        return {"capacity_gib": None if cap_bytes is None else cap_bytes / GIB,
-                "capacity_bytes": cap_bytes, "capacity_images": cap_images,
-                **_rates(counts, totals)}
-
-    caps = [row(int(c), None, at_bytes(int(c))) for c in cache_bytes]
-    caps += [row(None, int(c), at_images(int(c))) for c in cache_images]
+    caps = [row(int(c), None, ev_.at_size(int(c))) for c in cache_bytes]
+    caps += [row(None, int(c), ev_.at_images(int(c))) for c in cache_images]
+    if depends and sem.orders > 1 and cache_bytes:
+        spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes])
+        for r, s_ in zip(caps, spread):
+            r["spread"] = s_
     thresholds = []
     for frac in FRACTIONS:
         need = math.ceil(frac * best["hits"] - 1e-9)
-        b = smallest(need, False) if need > 0 else 0
-        i = smallest(need, True) if need > 0 else 0
+        b = ev_.smallest(need, False) if need > 0 else 0
+        i = ev_.smallest(need, True) if need > 0 and t.entry != "embedding-set" else None
         thresholds.append({"fraction_of_best": frac, "hits": need, "capacity_bytes": b,
-                           "capacity_gib": None if b is None else b / GIB, "capacity_images": i})
+                           "capacity": None if b is None else b / UNIT_SCALE[t.unit],
+                           "capacity_gib": None if b is None or t.unit == "tokens" else b / GIB,
+                           "capacity_images": 0 if need <= 0 else i})
     summary = {
         "source": trace.source, "info": trace.info,
         "model": {"name": model.name, "bytes_per_token": model.bytes_per_token,
-                  "real_width": sem.real_width},
-        "semantics": {"key": trace.info.get("key_mode", "image id"), "oversize": sem.oversize,
-                      "insert": sem.insert, "dispatch": sem.dispatch,
-                      "in_flight": sem.in_flight if ev is not None else None},
+                  "real_width": sem.real_width, "geometry": model.geometry()},
+        "cache": t.describe(),
+        "semantics": {"key": trace.info.get("key_mode", "image id"), "oversize": t.oversize,
+                      "insert": sem.insert_mode, "dispatch": sem.dispatch,
+                      "in_flight": sem.in_flight if depends else None,
+                      "method": ev_.method,
+                      "concurrency_model": _concurrency_model(sem, t, depends)},
         "requests": trace.num_rows, "requests_with_images": rows_with_images, "references": n,
         "distinct_images": int(used.size), "compulsory_misses": int(used.size),
         "unbounded_misses": n - best["hits"],
@@ -176,7 +304,33 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics, cache_bytes: list[
                         "mean": float(sizes[used].mean()) if used.size else 0.0},
         "best": _rates(best, totals), "capacities": caps, "thresholds": thresholds,
     }
-    return Analysis(summary, curve, sampled, totals)
+    return Analysis(summary, ev_.curve, ev_.sampled, totals)
+
+
+def _dispatched(trace: Trace, sem: Semantics, seed: int | None) -> tuple[Trace, np.ndarray]:
+    """The trace in dispatch order and its events (rows renumbered to that order)."""
+    ev = concurrency.events(trace.num_rows, sem.in_flight, trace.sessions, sem.dispatch, seed)
+    if sem.dispatch != "sessions":
+        return trace, ev
+    order = concurrency.dispatch_order(ev)
+    pos = np.empty_like(order)
+    pos[order] = np.arange(order.size)
+    return trace.reordered(order), np.where(ev >= 0, pos[np.maximum(ev, 0)], ~pos[~np.minimum(ev, -1)])
+
+
+def _spread(trace: Trace, sizes, tokens, t: CacheTarget, sem: Semantics,
+            caps: list[int]) -> list[dict]:
+    """Hit rates at ``caps`` over completion orders: first-in first-out plus seeded random
+    choices of which in-flight request completes next."""
+    per_cap: list[list[float]] = [[] for _ in caps]
+    refs = max(int(trace.ids.size), 1)
+    for seed in range(sem.orders):
+        tr, ev = _dispatched(trace, sem, seed or None)
+        e = _evaluate(t, tr, sizes, tokens, ev, sem, want_curve=False)
+        for k, c in enumerate(caps):
+            per_cap[k].append(e.at_size(c)["hits"] / refs)
+    return [{"orders": len(v), "min": min(v), "median": float(np.median(v)), "max": max(v)}
+            for v in per_cap]
 
 
 def _rates(c: dict, totals: dict) -> dict:
@@ -184,15 +338,3 @@ def _rates(c: dict, totals: dict) -> dict:
             "byte_hit_rate": c["hit_bytes"] / max(totals["bytes"], 1),
             "full_request_rate": c["full_requests"] / max(totals["requests_with_images"], 1),
             "tokens_saved": c["hit_tokens"]}
-
-
-def _sampled_curve(sim: _Sim, ref: Curve) -> Curve:
-    """Insert-at-completion curve at up to CURVE_SAMPLES capacities of the schedule-time curve."""
-    caps = ref.capacity
-    if caps.size > CURVE_SAMPLES:
-        caps = caps[np.unique(np.linspace(0, caps.size - 1, CURVE_SAMPLES).astype(int))]
-    pts = [sim.at(int(c)) for c in caps]
-    col = {k: np.array([p[k] for p in pts], np.int64) for k in ("hits", "hit_bytes", "hit_tokens",
-                                                               "full_requests")}
-    return Curve(caps.astype(np.int64), col["hits"], col["hit_bytes"], col["hit_tokens"],
-                 col["full_requests"])

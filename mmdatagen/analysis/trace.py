@@ -57,8 +57,10 @@ class Trace:
                      self.heights, sessions, self.source, dict(self.info))
 
     def costs(self, model: VisionModel, real_width: bool = False,
-              unknown_size: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(cache bytes, encoder tokens) per object under ``model``."""
+              unknown_size: tuple[int, int] | None = None,
+              target=None) -> tuple[np.ndarray, np.ndarray]:
+        """(entry size, encoder tokens) per object under ``model``: the entry in ``target``'s
+        unit (``io.imageref.entry_size``; default embedding bytes)."""
         w, h = self.widths.astype(np.int64), self.heights.astype(np.int64)
         unknown = (w <= 0) | (h <= 0)
         if unknown.any() and model.tokens_per_image is None:
@@ -68,7 +70,12 @@ class Trace:
             w, h = np.where(unknown, unknown_size[0], w), np.where(unknown, unknown_size[1], h)
         pairs, inv = np.unique(np.stack([w, h], 1), axis=0, return_inverse=True)
         tok = np.array([model.image_tokens(int(a), int(b)) for a, b in pairs], np.int64)
-        byt = np.array([model.entry_bytes(int(a), int(b), real_width) for a, b in pairs], np.int64)
+        if target is None:
+            byt = np.array([model.entry_bytes(int(a), int(b), real_width) for a, b in pairs],
+                           np.int64)
+        else:
+            byt = np.array([imageref.entry_size(target, model, int(a), int(b), real_width)
+                            for a, b in pairs], np.int64)
         inv = inv.reshape(-1)
         return byt[inv], tok[inv]
 

@@ -1,0 +1,206 @@
+"""Hit curves for every cache target (``mmdatagen.caches``), all capacities at once where the
+policy allows it.
+
+- LRU looked up and filled at schedule (Dynamo aggregated, vLLM encoder at one request in
+  flight): the one-pass stack curve (``lru.lru_curve``).
+- vLLM's processor cache touches a request's cached items before inserting its misses, so an
+  item hits iff it was resident when the request started: the stack distance is taken at the
+  request's start (``touch_kernel``). Exact for every capacity that holds each request's
+  distinct items together; below that, an exact replay at the asked capacities.
+- SGLang keys one entry by the request's whole image set: a stack curve over sets, each set's
+  answer counted for all its images.
+- A FIFO (vLLM's shm ring) has no inclusion property: one compiled replay per capacity.
+- Insert at encoder completion (Dynamo disaggregated) depends on completion order: event
+  replays per capacity (``concurrency``), the spread over orders in ``predict``.
+
+``Replay`` is the exact reference for any target at one capacity: it drives the shared cache
+model (``caches.model``), the implementation the simulator runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..caches import CacheTarget, make_cache
+from .lru import PYTHON_MAX_REFS, Curve, _step_curve, required_capacity
+from .trace import Trace
+
+
+def touch_kernel(ids, row_start, req, obj_sizes, last, prev):
+    """Required capacity at the request's start for each first occurrence of an object inside
+    its request: from the one-pass distance (size + distinct sizes since the previous
+    reference, in ``req``, rewritten in place) subtract the objects the request looked up
+    before it that were not referenced since that previous reference. ``row_start`` has one
+    more entry than there are requests; ``last`` (-1 per object) and ``prev`` are work buffers.
+    """
+    for r in range(len(row_start) - 1):
+        s, e = row_start[r], row_start[r + 1]
+        for i in range(s, e):
+            prev[i] = last[ids[i]]
+            last[ids[i]] = i
+        for i in range(s, e):
+            p = prev[i]
+            if p < 0 or p >= s:
+                continue  # a first reference ever, or a repeat inside the request
+            for j in range(s, i):
+                if prev[j] >= s or ids[j] == ids[i]:
+                    continue  # not the first copy of its object in this request
+                if prev[j] < p:
+                    req[i] -= obj_sizes[ids[j]]
+    return req
+
+
+def fifo_kernel(ids, obj_sizes, capacity, flags, present, ring):
+    """Hit flag per reference in a FIFO by size that skips entries larger than ``capacity``."""
+    head = 0
+    tail = 0
+    used = 0
+    n_ring = len(ring)
+    for i in range(len(ids)):
+        x = ids[i]
+        if present[x]:
+            flags[i] = 1
+            continue
+        sz = obj_sizes[x]
+        if sz > capacity or capacity == 0:
+            continue
+        while used + sz > capacity:
+            old = ring[head % n_ring]
+            head += 1
+            present[old] = 0
+            used -= obj_sizes[old]
+        ring[tail % n_ring] = x
+        tail += 1
+        present[x] = 1
+        used += sz
+    return flags
+
+
+_JIT: dict = {}
+
+
+def _kernel(name: str, n: int):
+    fn = {"touch": touch_kernel, "fifo": fifo_kernel}[name]
+    if n <= PYTHON_MAX_REFS:
+        return fn
+    if name not in _JIT:
+        try:
+            import numba
+
+            _JIT[name] = numba.njit(cache=True, nogil=True)(fn)
+        except ImportError:  # pragma: no cover
+            _JIT[name] = fn
+    return _JIT[name]
+
+
+def row_starts(trace: Trace) -> np.ndarray:
+    return np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
+
+
+def touch_required(trace: Trace, sizes: np.ndarray) -> np.ndarray:
+    """Per reference, the smallest capacity at which it hits in a touch-first LRU; exact for
+    capacities of at least :func:`request_span` (below, use :class:`Replay`)."""
+    ids = np.ascontiguousarray(trace.ids, np.int64)
+    sizes = np.asarray(sizes, np.int64)
+    req = required_capacity(ids, sizes[ids], sizes.size)
+    if ids.size == 0:
+        return req
+    fn = _kernel("touch", ids.size)
+    if fn is touch_kernel:  # plain Python: lists are faster than numpy scalars
+        out = fn(ids.tolist(), row_starts(trace).tolist(), req.tolist(), sizes.tolist(),
+                 [-1] * sizes.size, [-1] * ids.size)
+        return np.asarray(out, np.int64)
+    return fn(ids, row_starts(trace), req, sizes, np.full(sizes.size, -1, np.int64),
+              np.full(ids.size, -1, np.int64))
+
+
+def request_span(trace: Trace, sizes: np.ndarray) -> int:
+    """The largest total size of one request's distinct objects."""
+    if trace.ids.size == 0:
+        return 0
+    pairs = np.unique(np.stack([trace.ref_row, trace.ids], 1), axis=0)
+    return int(np.bincount(pairs[:, 0], weights=sizes[pairs[:, 1]]).max())
+
+
+def fifo_flags(trace: Trace, sizes: np.ndarray, capacity: float) -> np.ndarray:
+    ids = np.ascontiguousarray(trace.ids, np.int64)
+    m = sizes.size
+    fn = _kernel("fifo", ids.size)
+    flags = fn(ids, np.asarray(sizes, np.int64), int(min(capacity, 1 << 62)),
+               np.zeros(ids.size, np.int64), np.zeros(m, np.int64), np.zeros(m + 1, np.int64))
+    return np.asarray(flags, bool)
+
+
+def set_trace(trace: Trace, sizes: np.ndarray, tokens: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One object per request's image set: (set id per request with images, the rows they
+    belong to, set sizes, set tokens)."""
+    lens = np.bincount(trace.ref_row, minlength=trace.num_rows)
+    rows = np.flatnonzero(lens)
+    if rows.size == 0:
+        return (np.zeros(0, np.int64),) * 4
+    width = int(lens.max())
+    if width == 1:
+        keys = trace.ids.reshape(-1, 1)
+    else:
+        keys = np.full((trace.num_rows, width), -1, np.int64)
+        starts = row_starts(trace)
+        pos = np.arange(trace.ids.size) - starts[trace.ref_row]
+        keys[trace.ref_row, pos] = trace.ids
+        keys = keys[rows]
+    _, first, set_ids = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    set_ids = set_ids.reshape(-1).astype(np.int64)
+    row_bytes = np.bincount(trace.ref_row, weights=sizes[trace.ids], minlength=trace.num_rows)
+    row_tokens = np.bincount(trace.ref_row, weights=tokens[trace.ids], minlength=trace.num_rows)
+    set_sizes = row_bytes[rows][first].astype(np.int64)
+    set_tokens = row_tokens[rows][first].astype(np.int64)
+    return set_ids, rows, set_sizes, set_tokens
+
+
+def set_curve(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Curve:
+    """SGLang: a stack curve over image sets (flush on oversize: exact at every capacity); a
+    set's answer counts for each of its images."""
+    set_ids, rows, set_sizes, _ = set_trace(trace, sizes, tokens)
+    req_sets = required_capacity(set_ids, set_sizes[set_ids], set_sizes.size)
+    req_rows = np.full(trace.num_rows, -1, np.int64)
+    req_rows[rows] = req_sets
+    return Curve(*_step_curve(req_rows[trace.ref_row], trace.ids, sizes, tokens, trace.ref_row))
+
+
+class Replay:
+    """Exact hits of ``target`` at one capacity over ``events`` (row r looked up is ``r``, its
+    later moment ``~r``; default: every row in order, each finishing before the next), through
+    the shared cache model."""
+
+    def __init__(self, target: CacheTarget, trace: Trace, sizes: np.ndarray,
+                 events: np.ndarray | None = None) -> None:
+        from ..io.imageref import request_items
+
+        self.target, self.trace = target, trace
+        starts = row_starts(trace)
+        ids = trace.ids.tolist()
+        sz = sizes.tolist()
+        self.items = []
+        for r in range(trace.num_rows):
+            refs = ids[starts[r]:starts[r + 1]]
+            self.items.append(request_items(target, refs, [sz[x] for x in refs]))
+        self.lens = np.diff(starts)
+        if events is None:
+            events = np.empty(2 * trace.num_rows, np.int64)
+            events[0::2] = np.arange(trace.num_rows)
+            events[1::2] = ~np.arange(trace.num_rows)
+        self.events = events
+
+    def flags(self, capacity: int) -> np.ndarray:
+        """Hit flag per reference (file order of the trace)."""
+        from ..io.imageref import image_flags
+
+        cache = make_cache(self.target, capacity)
+        per_row: list = [None] * self.trace.num_rows
+        for e in self.events.tolist():
+            if e < 0:
+                cache.finish(~e)
+            else:
+                per_row[e] = image_flags(self.target, cache.lookup(e, self.items[e]),
+                                         int(self.lens[e]))
+        return np.fromiter((f for row in per_row for f in (row or ())), bool,
+                           self.trace.ids.size)
