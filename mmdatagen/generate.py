@@ -25,6 +25,7 @@ import blake3
 
 from . import __version__
 from .content.images import ImageFactory, ImageStyle
+from .content.media import MediaItems, MediaTask, encode_item, inline_form, item_meta
 from .content.text import TextEngine
 from .errors import UserError
 from .io.atomic import atomic_group, check_path_text, check_target, output_lock, staged_dir
@@ -162,6 +163,16 @@ def _render(task: _Task) -> tuple[dict[str, Any], str | None]:
     return meta, f"data:{task.style.mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+def _render_media(task: MediaTask) -> tuple[dict[str, Any], str | None]:
+    """Render and encode one video/audio item; write it (file delivery) or return its inline form."""
+    data = encode_item(task)
+    meta = item_meta(task, data)
+    if task.file is not None:
+        _write_file(task.file, data, task.run)
+        return meta, None
+    return meta, inline_form(task.modality, task.style, data)
+
+
 def _write_file(file: str, data: bytes, run: str) -> None:
     """Write an image beside its final name, then rename (shards may share the folder)."""
     folder, name = os.path.split(file)
@@ -258,11 +269,15 @@ class _Images:
                      self.run)
 
     def file_ref(self, image_id: int) -> str:
+        return self.ref_for(self.name(image_id))
+
+    def ref_for(self, name: str) -> str:
+        """The reference rows carry for a file of the image folder (path or URL)."""
         d = self.delivery
         if d.mode == "url":
-            return f"{str(d.base_url).rstrip('/')}/{self.name(image_id)}"
+            return f"{str(d.base_url).rstrip('/')}/{name}"
         prefix = d.path_prefix if d.path_prefix is not None else str(Path(d.image_dir).resolve())
-        return f"{prefix.rstrip('/')}/{self.name(image_id)}" if prefix else self.name(image_id)
+        return f"{prefix.rstrip('/')}/{name}" if prefix else name
 
     def add(self, meta: dict[str, Any], payload: str | None) -> None:
         """Record a rendered image: its manifest entry and the reference rows will carry."""
@@ -347,18 +362,22 @@ def _image_folder(job: _Job, out: OutputSpec) -> Iterator[Path | None]:
 
 
 def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, out: OutputSpec,
-                executor: Executor) -> None:
-    """Render every line of the shard into ``fh``; image work runs in ``executor``."""
+                executor: Executor, media: MediaItems | None = None) -> None:
+    """Render every line of the shard into ``fh``; image (and video/audio) work runs in
+    ``executor``."""
     delivery, lines = job.delivery, job.lines
     inline = delivery.mode == "data-url"
-    rows_of = _RowRenderer(plan, texts, images, job.rows, delivery.uuids, out)
+    rows_of = _RowRenderer(plan, texts, images, job.rows, delivery.uuids, out, media)
     uses: dict[int, deque] = {}
+    media_uses: dict[Any, deque] = {}
     for pos, r in enumerate(job.rows):
         for i in plan.image_ids[r]:
             uses.setdefault(int(i), deque()).append(pos)
+        for key in media.keys(r) if media else ():
+            media_uses.setdefault(key, deque()).append(pos)
     needed = list(uses)
     workers = out.workers or min(os.cpu_count() or 1, 8)
-    with progress(len(needed), "images", out.quiet) as ibar, \
+    with progress(len(needed) + len(media_uses), "images", out.quiet) as ibar, \
             progress(len(job.rows), "rows", out.quiet) as rbar:
         pending = []
         if not inline:
@@ -371,8 +390,16 @@ def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, o
             if delivery.uuids:
                 for future in pending:
                     images.add(*future.result())
+        media_pending = []
+        if media:  # video/audio files render in the workers like images; inline ones per batch
+            files = [k for k in media_uses if not media.inline(k[0])]
+            media_pending = [executor.submit(_render_media, media.task(k)) for k in files]
+            for future in media_pending:
+                future.add_done_callback(lambda _: ibar.update(1))
+            media.refs.update((k, media.file_ref(k)) for k in files)
+        inline_media = media is not None and any(media.inline(m) for m in plan.media)
         # Inline rows hold their images: small batches keep memory flat.
-        chunk = max(1, workers) if inline else len(lines) or 1
+        chunk = max(1, workers) if inline or inline_media else len(lines) or 1
         pos = 0
         for start in range(0, len(lines), chunk):
             batch = lines[start:start + chunk]
@@ -380,22 +407,33 @@ def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, o
             if inline:
                 _ensure_inline(images, executor,
                                [int(i) for r in batch_rows for i in plan.image_ids[r]], ibar)
+            if inline_media:
+                missing = [k for k in media.needed(batch_rows)
+                           if media.inline(k[0]) and k not in media.refs]
+                for meta, payload in executor.map(_render_media, [media.task(k) for k in missing]):
+                    media.add(meta, payload)
+                    ibar.update(1)
             for line in batch:
                 fh.write(rows_of.line(line))
                 rbar.update(len(line))
             pos += len(batch_rows)
             if inline:
                 _evict(images, uses, pos)
+            if inline_media:
+                _evict(media, media_uses, pos)
         for future in pending:
             images.add(*future.result())
+        for future in media_pending:
+            media.add(*future.result())
 
 
 class _RowRenderer:
     """JSONL bytes of one output line (a row, or a session of rows for multi_turn)."""
 
     def __init__(self, plan: Plan, texts: TextEngine, images: _Images, rows: list[int],
-                 uuids: bool, out: OutputSpec) -> None:
+                 uuids: bool, out: OutputSpec, media: MediaItems | None = None) -> None:
         self.plan, self.texts, self.images, self.uuids, self.out = plan, texts, images, uuids, out
+        self.media = media
         self.cache: dict[int, str] = {}
         self.shared_text = len(set(plan.text_keys[rows].tolist())) < len(rows)
 
@@ -413,7 +451,7 @@ class _RowRenderer:
         uuids = [images.uuid(i) for i in ids] if self.uuids else None
         sid = self.plan.session_id(r) if self.out.fmt == "single_turn" else None
         return turn_object(self.text(r), [images.refs[i] for i in ids], uuids, sid,
-                           self.out.output_length)
+                           self.out.output_length, **(self.media.fields(r) if self.media else {}))
 
     def line(self, line: list[int]) -> bytes:
         if self.out.fmt == "single_turn":
@@ -423,7 +461,8 @@ class _RowRenderer:
 
 
 def _manifest(plan: Plan, factory: ImageFactory, texts: TextEngine, images: _Images, job: _Job,
-              out: OutputSpec, params: dict[str, Any], jsonl: ContentHash) -> Manifest:
+              out: OutputSpec, params: dict[str, Any], jsonl: ContentHash,
+              media: MediaItems | None = None) -> Manifest:
     uuids = job.delivery.uuids
     return Manifest(
         mmdatagen_version=__version__, kind=plan.kind, format=out.fmt, params=params,
@@ -436,17 +475,20 @@ def _manifest(plan: Plan, factory: ImageFactory, texts: TextEngine, images: _Ima
         images=[ImageEntry(**images.meta[i]) for i in sorted(images.meta)],
         rows=[[int(i) for i in plan.image_ids[r]] for r in job.rows],
         sessions=None if plan.sessions is None else [plan.session_id(r) for r in job.rows],
-        image_uuids={str(i): images.uuid(i) for i in sorted(images.meta)} if uuids else None)
+        image_uuids={str(i): images.uuid(i) for i in sorted(images.meta)} if uuids else None,
+        media=media.manifest(job.rows, uuids) if media else None)
 
 
 def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Delivery,
-             out: OutputSpec, params: dict[str, Any], executor: Executor | None = None) -> Result:
+             out: OutputSpec, params: dict[str, Any], executor: Executor | None = None,
+             media_styles: dict[str, Any] | None = None) -> Result:
     """Write the dataset shard described by ``out`` and its manifest; returns what was written.
 
     ``executor`` runs the image work (see :func:`start_workers`); one is made when not given.
     Everything is written aside (JSONL, manifest, a staging image folder) and put in place only
     when complete; an interrupt (Ctrl-C, SIGTERM) or a failure stops the workers at once and
     removes what this run wrote. One writer per output: a second one fails at once.
+    ``media_styles`` maps "video"/"audio" to the styles of the plan's video and audio items.
     """
     started = time.perf_counter()
     delivery.validate()
@@ -464,15 +506,18 @@ def generate(plan: Plan, factory: ImageFactory, texts: TextEngine, delivery: Del
         open_ = stack.enter_context(atomic_group())  # JSONL + manifest renamed last, together
         write_dir = stack.enter_context(_image_folder(job, out))
         images = _Images(plan, factory, job.delivery, out, write_dir, run)
+        media = (MediaItems(plan, dict(media_styles or {}), factory.seed, job.delivery,
+                            images.ref_for, images.cache_budget, write_dir, run)
+                 if plan.media else None)
         try:
             with open_(target) as raw:
                 fh = HashingWriter(raw)
-                _write_rows(fh, plan, texts, images, job, out, executor)
+                _write_rows(fh, plan, texts, images, job, out, executor, media)
         except BaseException:
             stop_workers(executor)  # before the staging folder goes: nothing writes into it
             _remove_temporaries(write_dir, run)
             raise
-        manifest = _manifest(plan, factory, texts, images, job, out, params, fh.result())
+        manifest = _manifest(plan, factory, texts, images, job, out, params, fh.result(), media)
         with open_(manifest_path(target)) as mfh:
             mfh.write(dump(manifest))
     return Result(path=target, manifest=manifest_path(target), rows=len(job.rows),

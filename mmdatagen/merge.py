@@ -180,7 +180,23 @@ def merged_manifest(shards: list[Shard]) -> Manifest:
                    images=_merge_table(shards),
                    rows=[row for s in shards for row in s.manifest.rows],
                    sessions=None if sessions[0] is None else [x for part in sessions for x in part],
-                   image_uuids=_merge_uuids(shards), jsonl=None)
+                   image_uuids=_merge_uuids(shards), jsonl=None,
+                   media=_merge_media(shards) if shards[0].manifest.media is not None else None)
+
+
+def _merge_media(shards: list[Shard]) -> dict[str, Any]:
+    """Join the shards' video/audio sections (styles already agree): items united by id, rows
+    concatenated."""
+    merged: dict[str, Any] = {}
+    for modality, first in (shards[0].manifest.media or {}).items():
+        items: dict[int, dict[str, Any]] = {}
+        for shard in shards:
+            for entry in (shard.manifest.media or {})[modality]["items"]:
+                if items.setdefault(int(entry["id"]), entry) != entry:
+                    raise UserError(f"shards disagree on {modality} {entry['id']} ({shard.path.name})")
+        rows = [row for s in shards for row in (s.manifest.media or {})[modality]["rows"]]
+        merged[modality] = {**first, "items": [items[i] for i in sorted(items)], "rows": rows}
+    return merged
 
 
 def _copy_verified(shard: Shard, fh) -> None:

@@ -7,6 +7,9 @@ import numpy as np
 
 # Purposes: each stream of randomness gets its own constant so streams never overlap.
 PLAN, IMAGE, TEXT, SIZE, ORDER = (zlib.crc32(p.encode()) for p in ("plan", "image", "text", "size", "order"))
+# Video and audio items: their pixels/samples, their plans (pool draws) and their sizes.
+VIDEO, AUDIO, VIDEO_PLAN, AUDIO_PLAN, VIDEO_SIZE = (
+    zlib.crc32(p.encode()) for p in ("video", "audio", "video-plan", "audio-plan", "video-size"))
 
 
 def rng_for(seed: int, purpose: int, *index: int) -> np.random.Generator:

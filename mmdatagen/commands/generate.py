@@ -80,6 +80,54 @@ content_options = _options(
                  help="Add image_uuids (stable per image content)."),
 )
 
+media_options = _options(
+    click.option("--video-size", help="Video WxH (even sides) or weighted list "
+                 "640x360:3,1280x720:1 (default 640x360)."),
+    click.option("--video-frames", type=int, help="Frames per video (default 16)."),
+    click.option("--video-duration", type=float,
+                 help="Seconds per video (frames = duration x fps; overrides --video-frames)."),
+    click.option("--video-fps", type=float, help="Frames per second (default 2)."),
+    click.option("--video-format", help="Container: mp4 (default) or webm."),
+    click.option("--video-codec", help="h264 (mp4 default), vp9 (webm default), hevc or vp8."),
+    click.option("--video-content", type=click.Choice(["shapes", "noise"]),
+                 help="Moving shapes over a gradient (default) or per-frame noise (worst case)."),
+    click.option("--audio-format", help="wav (16-bit PCM, default) or mp3."),
+    click.option("--audio-sample-rate", type=int, help="Hz, 8000..192000 (default 16000)."),
+    click.option("--audio-channels", type=int, help="1 or 2 (default 1)."),
+    click.option("--audio-duration", type=float, help="Seconds per audio clip (default 5)."),
+)
+
+MEDIA_KEYS = ("video_size", "video_frames", "video_duration", "video_fps", "video_format",
+              "video_codec", "video_content", "audio_format", "audio_sample_rate",
+              "audio_channels", "audio_duration")
+
+
+def media_styles(opts: dict[str, Any], plan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Video/audio styles for the modalities the plan uses (pops every media option)."""
+    from ..content.audio import AudioStyle
+    from ..content.video import VideoStyle
+
+    given = {k: opts.pop(k) for k in MEDIA_KEYS if k in opts}
+    styles: dict[str, Any] = {}
+    if "video" in plan.media:
+        styles["video"] = VideoStyle(
+            container=given.get("video_format") or "mp4", codec=given.get("video_codec"),
+            fps=2.0 if given.get("video_fps") is None else given["video_fps"],
+            frames=16 if given.get("video_frames") is None else given["video_frames"],
+            duration=given.get("video_duration"), content=given.get("video_content") or "shapes")
+    if "audio" in plan.media:
+        styles["audio"] = AudioStyle(
+            fmt=given.get("audio_format") or "wav",
+            sample_rate=16000 if given.get("audio_sample_rate") is None else given["audio_sample_rate"],
+            channels=1 if given.get("audio_channels") is None else given["audio_channels"],
+            duration=5.0 if given.get("audio_duration") is None else given["audio_duration"])
+    for style in styles.values():
+        style.validate()
+    # only the options of the modalities in use fix bytes: record those
+    used = {k: v for k, v in given.items() if v is not None and k.split("_")[0] in styles}
+    return styles, used
+
+
 output_options = _options(
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("-o", "--output", type=click.Path(dir_okay=False), help="Output JSONL path."),
@@ -108,7 +156,13 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
     from ..content.tokenizers import get_tokenizer
     from ..generate import Delivery, OutputSpec, generate, start_workers
 
-    plan = plan_fn(**plan_args, image_size=opts["image_size"], seed=opts["seed"])
+    media_args = {k: plan_args.pop(k) for k in ("videos_per_request", "audios_per_request",
+                                                "video_pool_size", "audio_pool_size")
+                  if k in plan_args}
+    plan = plan_fn(**plan_args, **media_args, image_size=opts["image_size"], seed=opts["seed"],
+                   video_size=opts.get("video_size") or "640x360")
+    styles, media_used = media_styles(opts, plan)
+    plan_args.update({k: v for k, v in media_args.items() if v})
     style = ImageStyle(content=opts["image_content"], fmt=opts["image_format"],
                        quality=opts["jpeg_quality"], png_compress_level=opts["png_compress_level"],
                        target_bytes=opts["target_bytes"], folder=opts["image_source_dir"],
@@ -125,7 +179,8 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
     # Everything that fixes the bytes, nothing about where this copy lives or how it was run.
     skip = ("quiet", "force", "workers", "output", "shard_index", "num_shards", "output_format",
             "hf_parquet")
-    params = {**plan_args, **{k: v for k, v in opts.items() if k not in skip}, "format": fmt}
+    params = {**plan_args, **{k: v for k, v in opts.items() if k not in skip}, **media_used,
+              "format": fmt}
     hf = opts["output_format"] == "hf" or opts["hf_parquet"]
     if hf:
         from ..io.hf import check_targets, write_hf
@@ -134,13 +189,16 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
     with start_workers(opts["workers"]) as executor:  # fork before a tokenizer starts a thread
         texts = TextEngine(get_tokenizer(opts["tokenizer"]), opts["text_tokens"], opts["seed"],
                            opts["shared_prefix_tokens"])
-        result = generate(plan, factory, texts, delivery, out, params, executor)
+        result = generate(plan, factory, texts, delivery, out, params, executor,
+                          media_styles=styles)
     if hf:
         write_hf(result.path, result.image_dir, opts["hf_parquet"], opts["force"])
     if not opts["quiet"]:
         where = f", images in {result.image_dir}" if result.image_dir else ""
-        click.echo(f"wrote {result.rows} rows, {result.images} images{where} "
-                   f"in {result.seconds:.2f} s", err=True)
+        section = result.manifest_data.media or {}
+        items = f"{result.images} images" + "".join(
+            f", {len(section[m]['items'])} {m}s" for m in section)
+        click.echo(f"wrote {result.rows} rows, {items}{where} in {result.seconds:.2f} s", err=True)
     click.echo(str(result.path))
 
 
@@ -149,6 +207,12 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
 @click.option("-n", "--num-requests", type=int, default=1000, show_default=True)
 @click.option("--pool-size", type=int, default=200, show_default=True)
 @click.option("--images-per-request", type=int, default=1, show_default=True)
+@click.option("--videos-per-request", type=int, default=0, show_default=True,
+              help="Video items per request (their own pool, same reuse rule).")
+@click.option("--audios-per-request", type=int, default=0, show_default=True,
+              help="Audio items per request (their own pool, same reuse rule).")
+@click.option("--video-pool-size", type=int, help="Distinct videos (default: --pool-size).")
+@click.option("--audio-pool-size", type=int, help="Distinct audios (default: --pool-size).")
 @click.option("--reuse", type=click.Choice(["first-pass-unique", "uniform", "zipf", "cyclic"]),
               default="first-pass-unique", show_default=True,
               help="How slots draw from the pool (first-pass-unique: the seeds' rule).")
@@ -156,6 +220,7 @@ def _run(plan_fn: Callable, plan_args: dict[str, Any], opts: dict[str, Any], fmt
 @click.option("--target-reuse", type=float,
               help="Best-possible hit rate to reach; derives the pool size (first-pass-unique).")
 @content_options
+@media_options
 @output_options
 def pool(**opts: Any) -> None:
     """Single-turn requests drawing images from a pool with controlled reuse.
@@ -169,10 +234,12 @@ def pool(**opts: Any) -> None:
     opts = _with_defaults(opts, text_tokens=400, tokenizer="qwen3-vl", image_size="640x480",
                           image_content="photo", image_format="jpeg", delivery="path")
     plan_args = {k: opts.pop(k) for k in ("num_requests", "pool_size", "images_per_request",
-                                          "reuse", "zipf_exponent", "target_reuse")}
+                                          "reuse", "zipf_exponent", "target_reuse",
+                                          "videos_per_request", "audios_per_request",
+                                          "video_pool_size", "audio_pool_size")}
     if plan_args["target_reuse"] is not None:
         plan_args["pool_size"] = pool_size_for_reuse(plan_args["num_requests"],
-                                                     plan_args["images_per_request"],
+                                                     max(1, plan_args["images_per_request"]),
                                                      plan_args["target_reuse"])
     name = (f"pool_{plan_args['num_requests']}req_{plan_args['images_per_request']}img_"
             f"pool{plan_args['pool_size']}.jsonl")
@@ -184,6 +251,10 @@ def pool(**opts: Any) -> None:
 @click.option("--users", type=int, default=30, show_default=True)
 @click.option("--turns", type=int, default=8, show_default=True)
 @click.option("--window", type=int, default=5, show_default=True, help="Images per request.")
+@click.option("--videos-per-request", type=int, default=0, show_default=True,
+              help="Video window per request (each user's own videos slide by --stride).")
+@click.option("--audios-per-request", type=int, default=0, show_default=True,
+              help="Audio window per request (each user's own audios slide by --stride).")
 @click.option("--stride", type=int, default=1, show_default=True, help="New images per turn.")
 @click.option("--order", type=click.Choice(["turn-major", "user-major", "random"]),
               default="turn-major", show_default=True, help="Row order (random: seeded interleave).")
@@ -195,6 +266,7 @@ def pool(**opts: Any) -> None:
               default="single_turn", show_default=True,
               help="single_turn with session_id (causal replay) or multi_turn sessions.")
 @content_options
+@media_options
 @output_options
 def sliding_window(**opts: Any) -> None:
     """Per-user sessions whose consecutive turns share images (a sliding window).
@@ -208,7 +280,8 @@ def sliding_window(**opts: Any) -> None:
                           image_content="photo", image_format="jpeg", delivery="data-url")
     fmt = opts.pop("fmt")
     plan_args = {k: opts.pop(k) for k in ("users", "turns", "window", "stride", "order",
-                                          "shared_fraction", "text_sharing")}
+                                          "shared_fraction", "text_sharing",
+                                          "videos_per_request", "audios_per_request")}
     name = (f"sw_{plan_args['users']}u_{plan_args['turns']}t_{plan_args['window']}w_"
             f"{opts['text_tokens']}tok.jsonl")
     _run(sliding_window_plan, plan_args, opts, fmt, name)

@@ -51,16 +51,36 @@ def check_targets(jsonl: Path, parquet: bool, force: bool) -> list[Path]:
     return paths
 
 
-def features():
-    """The dataset schema (``turn`` is null for single_turn rows)."""
-    from datasets import Features, Image, List, Value
+def features(modalities: tuple[str, ...] = ()):
+    """The dataset schema (``turn`` is null for single_turn rows).
 
-    return Features({
+    Datasets with videos or audios add ``videos`` (``Video`` feature, undecoded) / ``audios``
+    (raw file bytes: ``datasets``' Audio feature needs torchcodec to store bytes), with their
+    refs (the inline prefix ``data:video/mp4;base64,`` / ``wav,`` for inline items) and ids.
+    """
+    from datasets import Features, Image, List, Value, Video
+
+    cols = {
         "line": Value("int64"), "turn": Value("int32"), "session_id": Value("string"),
         "text": Value("string"), "images": List(Image()), "image_refs": List(Value("string")),
         "image_ids": List(Value("int64")), "image_uuids": List(Value("string")),
         "output_length": Value("int64"),
-    })
+    }
+    if "video" in modalities:
+        cols.update(videos=List(Video(decode=False)), video_refs=List(Value("string")),
+                    video_ids=List(Value("int64")))
+    if "audio" in modalities:
+        cols.update(audios=List(Value("binary")), audio_refs=List(Value("string")),
+                    audio_ids=List(Value("int64")))
+    return Features(cols)
+
+
+def _media_bytes(ref: str, image_dir: Path | None) -> tuple[bytes, str | None]:
+    """(file bytes, inline prefix or None) of a video/audio reference."""
+    if ref.startswith(("data:", "wav,", "mp3,")):
+        prefix, b64 = ref.split(",", 1)
+        return base64.b64decode(b64), prefix + ","
+    return _image_bytes(ref, image_dir), None
 
 
 def _image_bytes(ref: str, image_dir: Path | None) -> bytes:
@@ -82,12 +102,13 @@ def _examples(jsonl: str, image_dir: str | None) -> Iterator[dict[str, Any]]:
     if manifest is None:
         raise UserError(f"{jsonl} has no manifest; the HF writer converts mmdatagen outputs")
     ids = manifest.rows
+    media = manifest.media or {}
     row = 0
     for line, obj in iter_objects(Path(jsonl)):
         turns = obj["turns"] if "turns" in obj else [obj]
         for t, turn in enumerate(turns):
             refs = turn.get("images", [])
-            yield {
+            example = {
                 "line": line, "turn": t if "turns" in obj else None,
                 "session_id": obj.get("session_id"), "text": turn.get("text", ""),
                 "images": [{"bytes": _image_bytes(r, folder), "path": None} for r in refs],
@@ -95,6 +116,15 @@ def _examples(jsonl: str, image_dir: str | None) -> Iterator[dict[str, Any]]:
                 "image_ids": ids[row], "image_uuids": turn.get("image_uuids"),
                 "output_length": turn.get("output_length"),
             }
+            for modality, section in media.items():
+                mrefs = turn.get(modality + "s", [])
+                got = [_media_bytes(r, folder) for r in mrefs]
+                example[modality + "s"] = [{"bytes": b, "path": None} for b, _ in got] \
+                    if modality == "video" else [b for b, _ in got]
+                example[modality + "_refs"] = [p if p is not None else r
+                                               for (_, p), r in zip(got, mrefs)]
+                example[modality + "_ids"] = section["rows"][row]
+            yield example
             row += 1
 
 
@@ -108,7 +138,7 @@ def build_dataset(jsonl: Path, image_dir: Path | None, work: Path):
     full = manifest.to_dict()
     summary = {k: full[k] for k in ("mmdatagen_version", "kind", "format", "params", "seed", "shard")}
     return Dataset.from_generator(
-        _examples, features=features(), cache_dir=str(work),
+        _examples, features=features(tuple(manifest.media or ())), cache_dir=str(work),
         gen_kwargs={"jsonl": str(jsonl), "image_dir": str(image_dir) if image_dir else None},
         info=DatasetInfo(description=orjson.dumps(summary).decode()))
 
@@ -144,7 +174,11 @@ def load(path: Path):
 
     path = Path(path)
     if path.suffix == ".parquet":
-        return Dataset.from_parquet(str(path), features=features())
+        import pyarrow.parquet as pq
+
+        names = set(pq.read_schema(str(path)).names)
+        modalities = tuple(m for m in ("video", "audio") if m + "s" in names)
+        return Dataset.from_parquet(str(path), features=features(modalities))
     return load_from_disk(str(path))
 
 
@@ -161,8 +195,16 @@ def jsonl_rows(ds, image_format: str) -> list[dict[str, Any]]:
                 f"data:{mime};base64,{base64.b64encode(img['bytes']).decode('ascii')}"
                 for ref, img in zip(ex["image_refs"], ex["images"])]
         multi = ex["turn"] is not None
+        media = {}
+        for modality in ("video", "audio"):
+            if modality + "s" not in ex:
+                continue
+            media[modality + "s"] = [
+                ref + base64.b64encode(item["bytes"] if modality == "video" else item).decode("ascii")
+                if ref.endswith(",") else ref
+                for ref, item in zip(ex[modality + "_refs"], ex[modality + "s"])]
         turn = turn_object(ex["text"], refs, ex["image_uuids"], None if multi else ex["session_id"],
-                           ex["output_length"])
+                           ex["output_length"], **media)
         if not multi:
             lines.append(turn)
         elif ex["line"] != current:

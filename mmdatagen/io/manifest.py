@@ -112,12 +112,16 @@ class Manifest:
     text_tokens: int | None = None
     tokenizer: str | None = None
     mmdatagen_version: str = ""
+    # videos/audios (absent for image-only datasets): {modality: {"style": {...}, "items":
+    # [per-item entries: id, modality, ref, dims/frames/fps/duration or rate/channels, bytes,
+    # blake3], "rows": [[item ids] per row]}}; written by content/media.py
+    media: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys of newer writers, kept as given
 
     # Key order of the file: fixed so that a merge writes the bytes one process writes.
     ORDER = ("manifest_version", "mmdatagen_version", "kind", "format", "params", "seed", "shard",
              "delivery", "image_format", "image_content", "text_tokens", "tokenizer", "jsonl",
-             "images", "rows", "sessions", "image_uuids")
+             "images", "rows", "sessions", "image_uuids", "media")
 
     def to_dict(self) -> dict[str, Any]:
         d = {"manifest_version": MANIFEST_VERSION, "mmdatagen_version": self.mmdatagen_version,
@@ -128,6 +132,8 @@ class Manifest:
              "jsonl": None if self.jsonl is None else self.jsonl.as_dict(),
              "images": [im.as_dict() for im in self.images], "rows": self.rows,
              "sessions": self.sessions, "image_uuids": self.image_uuids}
+        if self.media is not None:
+            d["media"] = self.media
         return {**d, **self.extra}
 
     def identity(self) -> dict[str, Any]:
@@ -135,6 +141,8 @@ class Manifest:
         d = self.to_dict()
         for key in ("shard", "images", "rows", "sessions", "image_uuids", "jsonl"):
             d.pop(key)
+        if self.media is not None:  # shards share the styles, not the items or rows
+            d["media"] = {m: section.get("style") for m, section in self.media.items()}
         return d
 
     @classmethod
@@ -160,6 +168,11 @@ class Manifest:
             uuids = data.get("image_uuids")
             if uuids is not None and not isinstance(uuids, dict):
                 raise TypeError("image_uuids is not an object")
+            media = data.get("media")
+            if media is not None:
+                for section in media.values():
+                    if len(section["rows"]) != len(rows) or not isinstance(section["items"], list):
+                        raise ValueError("media rows do not match the rows")
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise DatasetError(f"{source}: malformed manifest ({exc.__class__.__name__}: {exc})") \
                 from None
@@ -171,7 +184,7 @@ class Manifest:
                    sessions=sessions, image_uuids=uuids, jsonl=jsonl,
                    image_format=data.get("image_format"), image_content=data.get("image_content"),
                    text_tokens=data.get("text_tokens"), tokenizer=data.get("tokenizer"),
-                   mmdatagen_version=data.get("mmdatagen_version") or "",
+                   mmdatagen_version=data.get("mmdatagen_version") or "", media=media,
                    extra={k: v for k, v in data.items() if k not in cls.ORDER})
 
     def check_file(self, jsonl_path: Path, source: str) -> None:

@@ -7,7 +7,8 @@ import orjson
 
 
 def turn_object(text: str, images: list[str], uuids: list[str] | None = None,
-                session_id: str | None = None, output_length: int | None = None) -> dict[str, Any]:
+                session_id: str | None = None, output_length: int | None = None,
+                videos: list[str] | None = None, audios: list[str] | None = None) -> dict[str, Any]:
     """One AIPerf single_turn object (also a ``turns`` entry of multi_turn)."""
     obj: dict[str, Any] = {}
     if session_id is not None:
@@ -18,6 +19,10 @@ def turn_object(text: str, images: list[str], uuids: list[str] | None = None,
         obj["images"] = images
     if uuids:
         obj["image_uuids"] = uuids
+    if videos:
+        obj["videos"] = videos
+    if audios:
+        obj["audios"] = audios
     if output_length is not None:
         obj["output_length"] = output_length
     return obj

@@ -28,6 +28,7 @@ class Plan:
     turns: np.ndarray | None = None
     session_format: str = "user_{}"
     params: dict[str, Any] = field(default_factory=dict)
+    media: dict[str, Any] = field(default_factory=dict)  # "video"/"audio" -> plans.media.MediaPlan
 
     @property
     def num_rows(self) -> int:

@@ -6,6 +6,7 @@ import numpy as np
 from .. import rng
 from ..errors import UserError
 from .base import Plan, require_positive
+from .media import MediaPlan, check_counts, video_media
 from .sizes import assign_sizes, parse_sizes
 
 REUSE_PATTERNS = ("first-pass-unique", "uniform", "zipf", "cyclic")
@@ -49,39 +50,77 @@ def _first_pass_unique(gen: np.random.Generator, rows: int, n: int, k: int) -> n
     return out
 
 
+def pool_ids(gen: np.random.Generator, rows: int, n: int, k: int, reuse: str,
+             zipf_exponent: float) -> np.ndarray:
+    """``rows`` x ``k`` ids drawn from a pool of ``n`` by one reuse pattern (see REUSE_PATTERNS)."""
+    if k == 0:
+        return np.empty((rows, 0), np.int64)
+    if reuse == "first-pass-unique":
+        return _first_pass_unique(gen, rows, n, k)
+    if reuse == "cyclic":
+        return (np.arange(rows * k, dtype=np.int64) % n).reshape(rows, k)
+    p = None
+    if reuse == "zipf":
+        p = 1.0 / np.arange(1, n + 1, dtype=float) ** zipf_exponent
+        p /= p.sum()
+    if k == 1:
+        return gen.choice(n, size=(rows, 1), p=p).astype(np.int64)
+    return np.array([_distinct_draws(gen, n, k, p, []) for _ in range(rows)], np.int64)
+
+
+def _check_pool(name: str, per_request: int, pool_size: int | None) -> None:
+    if per_request and (pool_size is None or pool_size <= 0):
+        raise UserError(f"--{name}pool-size must be a positive integer, got {pool_size}")
+    if per_request > (pool_size or 0):
+        what, item = (name.rstrip("-") + "s", name.rstrip("-")) if name else ("images", "image")
+        raise UserError(f"--{what}-per-request ({per_request}) exceeds --{name}pool-size "
+                        f"({pool_size}); a row never repeats an {item}")
+
+
 def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_request: int = 1,
               reuse: str = "first-pass-unique", zipf_exponent: float = 1.0,
               target_reuse: float | None = None, image_size: str | list = "512x512",
-              seed: int = 0) -> Plan:
-    """Build the pool plan (see REUSE_PATTERNS); ``target_reuse`` derives the pool size."""
+              seed: int = 0, videos_per_request: int = 0, audios_per_request: int = 0,
+              video_pool_size: int | None = None, audio_pool_size: int | None = None,
+              video_size: str | list = "640x360") -> Plan:
+    """Build the pool plan (see REUSE_PATTERNS); ``target_reuse`` derives the pool size.
+
+    Videos and audios draw from their own pools (default: ``pool_size`` items each) with the
+    same reuse pattern and their own random streams.
+    """
+    check_counts(images_per_request=images_per_request, videos_per_request=videos_per_request,
+                 audios_per_request=audios_per_request)
     if target_reuse is not None:
-        pool_size = pool_size_for_reuse(num_requests, images_per_request, target_reuse)
-    require_positive(num_requests=num_requests, pool_size=pool_size,
-                     images_per_request=images_per_request)
-    if images_per_request > pool_size:
-        raise UserError(f"--images-per-request ({images_per_request}) exceeds --pool-size "
-                        f"({pool_size}); a row never repeats an image")
+        pool_size = pool_size_for_reuse(num_requests, max(1, images_per_request), target_reuse)
+        if videos_per_request and video_pool_size is None:
+            video_pool_size = pool_size_for_reuse(num_requests, videos_per_request, target_reuse)
+        if audios_per_request and audio_pool_size is None:
+            audio_pool_size = pool_size_for_reuse(num_requests, audios_per_request, target_reuse)
+    require_positive(num_requests=num_requests, pool_size=pool_size)
+    video_pool_size = pool_size if video_pool_size is None else video_pool_size
+    audio_pool_size = pool_size if audio_pool_size is None else audio_pool_size
+    _check_pool("", images_per_request, pool_size)
+    _check_pool("video-", videos_per_request, video_pool_size)
+    _check_pool("audio-", audios_per_request, audio_pool_size)
     if reuse not in REUSE_PATTERNS:
         raise UserError(f"unknown reuse pattern {reuse!r}; choose from {', '.join(REUSE_PATTERNS)}")
     if reuse == "zipf" and zipf_exponent <= 0:
         raise UserError("--zipf-exponent must be positive")
     n, k, rows = pool_size, images_per_request, num_requests
-    gen = rng.rng_for(seed, rng.PLAN)
-    if reuse == "first-pass-unique":
-        ids = _first_pass_unique(gen, rows, n, k)
-    elif reuse == "cyclic":
-        ids = (np.arange(rows * k, dtype=np.int64) % n).reshape(rows, k)
-    else:
-        p = None
-        if reuse == "zipf":
-            p = 1.0 / np.arange(1, n + 1, dtype=float) ** zipf_exponent
-            p /= p.sum()
-        if k == 1:
-            ids = gen.choice(n, size=(rows, 1), p=p).astype(np.int64)
-        else:
-            ids = np.array([_distinct_draws(gen, n, k, p, []) for _ in range(rows)], np.int64)
-    widths, heights = assign_sizes(n, parse_sizes(image_size), seed)
+    ids = pool_ids(rng.rng_for(seed, rng.PLAN), rows, n, k, reuse, zipf_exponent)
+    widths, heights = assign_sizes(n if k else 0, parse_sizes(image_size), seed)
     params = dict(num_requests=rows, pool_size=n, images_per_request=k, reuse=reuse,
                   zipf_exponent=zipf_exponent if reuse == "zipf" else None, seed=seed)
+    media = {}
+    if videos_per_request:
+        vids = pool_ids(rng.rng_for(seed, rng.VIDEO_PLAN), rows, video_pool_size,
+                        videos_per_request, reuse, zipf_exponent)
+        media["video"] = video_media(vids, video_pool_size, video_size, seed)
+        params.update(videos_per_request=videos_per_request, video_pool_size=video_pool_size)
+    if audios_per_request:
+        auds = pool_ids(rng.rng_for(seed, rng.AUDIO_PLAN), rows, audio_pool_size,
+                        audios_per_request, reuse, zipf_exponent)
+        media["audio"] = MediaPlan("audio", auds, audio_pool_size)
+        params.update(audios_per_request=audios_per_request, audio_pool_size=audio_pool_size)
     return Plan(kind="pool", image_ids=ids, widths=widths, heights=heights,
-                text_keys=np.arange(rows, dtype=np.int64), params=params)
+                text_keys=np.arange(rows, dtype=np.int64), params=params, media=media)
