@@ -270,6 +270,11 @@ def compare(run_a, run_b, labels, output_dir, chart, goodput, no_report, png):
     exports = []
     for run in (run_a, run_b):
         ex = cmp.load_export(run)
+        if not no_report and "timeline" not in ex:  # an older export: aggregate its records
+            from ..report.aggregate import aggregates_from_records_file
+
+            ex.update(aggregates_from_records_file(cmp.find_export(run).parent / RECORDS_NAME)
+                      or {})
         if slos:
             gp = goodput_from_records_file(cmp.find_export(run).parent / RECORDS_NAME, ex, slos)
             if gp is None:

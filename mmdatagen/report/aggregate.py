@@ -24,70 +24,74 @@ _NICE = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10
          300, 600, 900, 1800, 3600)
 
 
-class Columns:
-    """The per-request fields aggregates need, as numpy arrays (profiling requests only)."""
+def _arr(vals: list, dtype, missing) -> np.ndarray:
+    return np.array([missing if v is None else v for v in vals], dtype)
 
-    def __init__(self, n: int) -> None:
-        self.start = np.zeros(n, np.int64)
-        self.first = np.full(n, -1, np.int64)
-        self.end = np.full(n, -1, np.int64)
-        self.resp_end = np.full(n, -1, np.int64)
-        self.out_tokens = np.zeros(n, np.int64)
-        self.ok = np.zeros(n, bool)
-        self.hits = np.full(n, -1, np.int64)
-        self.misses = np.full(n, -1, np.int64)
-        self.pred = np.full(n, -1, np.int64)
-        self.values = {t: np.full(n, np.nan) for t in DIST_TAGS}
+
+class Columns:
+    """The per-request fields aggregates need, as numpy arrays (profiling requests only).
+
+    Metric values follow :meth:`mmdatagen.metrics.RequestRecord.values` (AIPerf's
+    definitions), computed on whole columns at once.
+    """
+
+    def __init__(self, start, first, end, resp_end, out_tokens, ok, streaming, hits, misses,
+                 pred) -> None:
+        self.start, self.first, self.end, self.resp_end = start, first, end, resp_end
+        self.out_tokens, self.ok, self.streaming = out_tokens, ok, streaming
+        self.hits, self.misses, self.pred = hits, misses, pred
+        lat = np.where(ok, (end - start) / 1e6, np.nan)
+        has_ttft = ok & streaming & (first >= 0)
+        ttft = np.where(has_ttft, (first - start) / 1e6, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            itl = np.where(has_ttft & (out_tokens >= 2), (lat - ttft) / (out_tokens - 1), np.nan)
+        self.values = {"time_to_first_token": ttft, "inter_token_latency": itl,
+                       "request_latency": lat}
+
+    @classmethod
+    def _build(cls, rows: list[tuple]) -> Columns:
+        if not rows:
+            z = np.zeros(0, np.int64)
+            return cls(z, z, z, z, z, z.astype(bool), z.astype(bool), z, z, z)
+        (start, first, end, resp_end, tokens, ok, streaming, hits, misses,
+         pred) = map(list, zip(*rows))
+        i64 = np.int64
+        return cls(_arr(start, i64, 0), _arr(first, i64, -1), _arr(end, i64, -1),
+                   _arr(resp_end, i64, -1), _arr(tokens, i64, 0), np.array(ok, bool),
+                   np.array(streaming, bool), _arr(hits, i64, -1), _arr(misses, i64, -1),
+                   _arr(pred, i64, -1))
 
     @classmethod
     def from_records(cls, records: Sequence) -> Columns:
-        prof = [r for r in records if r.phase == "profiling"]
-        c = cls(len(prof))
-        for i, r in enumerate(prof):
-            c.start[i] = r.start_ns
-            if r.first_token_ns is not None:
-                c.first[i] = r.first_token_ns
-            if r.end_ns is not None:
-                c.end[i] = r.end_ns
-            re_ = r.response_end_ns if r.response_end_ns is not None else r.end_ns
-            if re_ is not None:
-                c.resp_end[i] = re_
-            c.out_tokens[i] = r.output_tokens
-            c.ok[i] = r.ok
-            if r.image_hits is not None and r.image_misses is not None:
-                c.hits[i], c.misses[i] = r.image_hits, r.image_misses
-            if r.predicted_hits is not None:
-                c.pred[i] = r.predicted_hits
-            if r.ok:
-                for tag, v in r.values().items():
-                    if tag in c.values:
-                        c.values[tag][i] = v
-        return c
+        rows = []
+        for r in records:
+            if r.phase != "profiling":
+                continue
+            measured = r.image_hits is not None and r.image_misses is not None
+            rows.append((r.start_ns, r.first_token_ns, r.end_ns,
+                         r.response_end_ns if r.response_end_ns is not None else r.end_ns,
+                         r.output_tokens, r.error is None and r.end_ns is not None, r.streaming,
+                         r.image_hits if measured else None, r.image_misses if measured else None,
+                         r.predicted_hits))
+        return cls._build(rows)
 
     @classmethod
     def from_record_lines(cls, lines: Iterable[dict]) -> Columns:
         """From ``records.jsonl`` objects (``metadata``/``metrics``/``error``)."""
-        rows = [d for d in lines if (d.get("metadata") or {}).get("benchmark_phase") == "profiling"]
-        c = cls(len(rows))
-        for i, d in enumerate(rows):
-            m = d["metadata"]
-            c.start[i] = m["request_start_ns"]
-            for arr, key in ((c.first, "first_token_ns"), (c.end, "request_end_ns")):
-                if m.get(key) is not None:
-                    arr[i] = m[key]
-            re_ = m.get("response_end_ns") or m.get("request_end_ns")
-            if re_ is not None:
-                c.resp_end[i] = re_
-            c.out_tokens[i] = m.get("output_tokens") or 0
-            c.ok[i] = d.get("error") is None and m.get("request_end_ns") is not None
-            if m.get("image_hits") is not None and m.get("image_misses") is not None:
-                c.hits[i], c.misses[i] = m["image_hits"], m["image_misses"]
-            if m.get("predicted_hits") is not None:
-                c.pred[i] = m["predicted_hits"]
-            for tag, mv in (d.get("metrics") or {}).items():
-                if tag in c.values and c.ok[i]:
-                    c.values[tag][i] = mv["value"]
-        return c
+        rows = []
+        for d in lines:
+            m = d.get("metadata") or {}
+            if m.get("benchmark_phase") != "profiling":
+                continue
+            end = m.get("request_end_ns")
+            hits, misses = m.get("image_hits"), m.get("image_misses")
+            measured = hits is not None and misses is not None
+            rows.append((m["request_start_ns"], m.get("first_token_ns"), end,
+                         m.get("response_end_ns") or end, m.get("output_tokens") or 0,
+                         d.get("error") is None and end is not None, m.get("streaming", True),
+                         hits if measured else None, misses if measured else None,
+                         m.get("predicted_hits")))
+        return cls._build(rows)
 
 
 def nice_bin(span_s: float, max_bins: int = MAX_BINS) -> float:
@@ -176,3 +180,17 @@ def aggregates(c: Columns) -> dict[str, Any]:
 def run_aggregates(records: Sequence) -> dict[str, Any]:
     """The export's ``distributions`` and ``timeline`` blocks from in-memory records."""
     return aggregates(Columns.from_records(records))
+
+
+def aggregates_from_records_file(path) -> dict[str, Any] | None:
+    """Aggregates from a ``records.jsonl`` (for exports written without them); None if absent."""
+    from pathlib import Path
+
+    import orjson
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as fh:
+        return aggregates(Columns.from_record_lines(orjson.loads(line) for line in fh
+                                                    if line.strip()))
