@@ -1,0 +1,243 @@
+"""Token counts and processor-cache entry sizes of videos and audio clips, per model family.
+
+Pure functions of geometry values (what a model's ``video_preprocessor_config.json`` /
+``preprocessor_config.json`` says), so the model registry (``vlm.py``) and the cache targets
+can plug them in. Sources of the rules (checked against the code, not copied):
+
+- Qwen2-VL / Qwen2.5-VL videos: transformers ``Qwen2VLVideoProcessor`` -- every frame is
+  resized by the image rule (``smart_resize`` with the factor patch x merge and *per-frame*
+  min/max pixels), frames are padded to a multiple of the temporal patch (2) by repeating the
+  last one, grid = (ceil(frames / 2), H / patch, W / patch), tokens = grid product / merge^2.
+  vLLM's default ``opencv`` video loader hands the processor at most 32 uniformly spaced
+  frames (``VideoMediaIO(num_frames=32)``; ``--media-io-kwargs`` changes it).
+- Qwen3-VL videos: transformers ``Qwen3VLVideoProcessor`` / vLLM's ``qwen3_vl`` loader --
+  frames sampled at ``fps`` (2) from the source rate: ``int(total / source_fps * fps)``,
+  clamped to [min_frames 4, max_frames 768] and to the source's frames (vLLM caps fps at 30
+  and assumes 24 fps when the source rate is unknown); resize with the *whole clip's* pixel
+  budget: ``t_bar * h * w`` between min and max pixels (shipped config: 4096 and 25165824)
+  with ``t_bar = round(frames / 2) * 2``; prompts add ``<{t:.1f} seconds>`` and the vision
+  start/end markers per temporal group.
+- vLLM processor-cache entry of a video: the processed pixel patches kept as uint8,
+  patches x (3 x temporal_patch x patch x patch) bytes, plus the int64 (t, h, w) grid.
+- Qwen2-Audio (and Qwen2.5-Omni's audio tower): Whisper features at 16 kHz, hop 160
+  (one mel frame per 10 ms; Qwen2-Audio pads/truncates to 30 s), then two stride-2 stages:
+  ``L = frames; tokens = ((L - 1) // 2 + 1 - 2) // 2 + 1`` (transformers
+  ``Qwen2AudioProcessor`` / vLLM ``_get_feat_extract_output_lengths``): 5 s -> 125 tokens,
+  30 s -> 750. vLLM resamples other rates to 16 kHz first.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+GRID_BYTES = 24  # int64 (t, h, w)
+MAX_ASPECT_RATIO = 200
+
+
+@dataclass(frozen=True)
+class VideoGeometry:
+    """How a model family's processor turns a clip into patches and tokens."""
+
+    family: str
+    patch_size: int
+    merge_size: int
+    temporal_patch_size: int
+    min_pixels: int
+    max_pixels: int
+    clip_budget: bool  # True: min/max pixels bound t_bar*h*w (Qwen3-VL); False: each frame
+    fps: float | None = None  # frame sampling rate (None: keep the loader's frames)
+    min_frames: int = 4
+    max_frames: int = 768
+    loader_frames: int = -1  # vLLM loader's frame cap before the processor (-1: none)
+    in_channels: int = 3
+    pixel_dtype_bytes: int = 1  # vLLM keeps processed pixels as uint8
+    marker_tokens: int = 2  # vision start/end around each video (per group for Qwen3-VL)
+    timestamps: bool = False  # Qwen3-VL writes "<t seconds>" before every temporal group
+
+    @property
+    def factor(self) -> int:
+        return self.patch_size * self.merge_size
+
+
+# Shipped defaults (Qwen2.5-VL: preprocessor_config.json, min/max pixels 3136 / 12845056 per
+# frame, vLLM's 32-frame loader; Qwen3-VL: video_preprocessor_config.json).
+QWEN25_VL = VideoGeometry("qwen2.5-vl", 14, 2, 2, 3136, 12845056, clip_budget=False,
+                          loader_frames=32)
+QWEN3_VL = VideoGeometry("qwen3-vl", 16, 2, 2, 4096, 25165824, clip_budget=True, fps=2.0,
+                         min_frames=4, max_frames=768, timestamps=True)
+QWEN3_VL_MAX_FPS = 30.0
+QWEN3_VL_UNKNOWN_FPS = 24.0
+
+
+def sampled_frames(geom: VideoGeometry, total_frames: int, source_fps: float | None) -> list[int]:
+    """Indices of the frames the model sees, in order (vLLM's loader, then the processor)."""
+    if total_frames < 1:
+        raise ValueError("a video needs at least one frame")
+    if geom.fps is not None:  # Qwen3-VL: sample at fps from the source rate
+        src = source_fps if source_fps and source_fps > 0 else QWEN3_VL_UNKNOWN_FPS
+        fps = min(geom.fps, QWEN3_VL_MAX_FPS)
+        n = int(total_frames / src * fps)
+        n = min(max(n, geom.min_frames), geom.max_frames, total_frames)
+        if n == 1:
+            return [0]
+        step = (total_frames - 1) / (n - 1)
+        return [_round_half_even(i * step) for i in range(n)]
+    n = total_frames if geom.loader_frames <= 0 else min(geom.loader_frames, total_frames)
+    if n == total_frames:
+        return list(range(n))
+    # numpy.linspace(0, total - 1, n, dtype=int): truncation toward zero
+    step = (total_frames - 1) / (n - 1) if n > 1 else 0.0
+    return [int(i * step) for i in range(n)]
+
+
+def _round_half_even(x: float) -> int:
+    return int(round(x))
+
+
+def resize(geom: VideoGeometry, frames: int, width: int, height: int) -> tuple[int, int]:
+    """The (width, height) every frame is resized to."""
+    if width <= 0 or height <= 0:
+        raise ValueError(f"video size must be positive, got {width}x{height}")
+    f = geom.factor
+    if geom.clip_budget and (height < f or width < f):
+        scale = max(f / height, f / width)
+        height, width = int(height * scale), int(width * scale)
+    if max(width, height) / min(width, height) > MAX_ASPECT_RATIO:
+        raise ValueError(f"aspect ratio of {width}x{height} exceeds {MAX_ASPECT_RATIO}")
+    h = round(height / f) * f
+    w = round(width / f) * f
+    if geom.clip_budget:
+        tp = geom.temporal_patch_size
+        t_bar = round(frames / tp) * tp
+        area, real = t_bar * h * w, frames * height * width
+    else:
+        area, real = h * w, height * width
+    if area > geom.max_pixels:
+        beta = math.sqrt(real / geom.max_pixels)
+        h = max(f, math.floor(height / beta / f) * f)
+        w = max(f, math.floor(width / beta / f) * f)
+    elif area < geom.min_pixels:
+        beta = math.sqrt(geom.min_pixels / real)
+        h = math.ceil(height * beta / f) * f
+        w = math.ceil(width * beta / f) * f
+    return w, h
+
+
+def video_grid(geom: VideoGeometry, frames: int, width: int, height: int) -> tuple[int, int, int]:
+    """(t, h, w) patch grid of a clip of ``frames`` processed frames."""
+    if frames < 1:
+        raise ValueError("a video needs at least one frame")
+    if geom.clip_budget and frames < geom.temporal_patch_size:
+        raise ValueError(f"{geom.family} needs at least {geom.temporal_patch_size} frames")
+    w, h = resize(geom, frames, width, height)
+    t = -(-frames // geom.temporal_patch_size)
+    return t, h // geom.patch_size, w // geom.patch_size
+
+
+def grid_tokens(geom: VideoGeometry, grid: tuple[int, int, int]) -> int:
+    t, h, w = grid
+    return t * h * w // geom.merge_size ** 2
+
+
+def grid_processor_bytes(geom: VideoGeometry, grid: tuple[int, int, int]) -> int:
+    """vLLM processor-cache bytes: uint8 patches of 3 x temporal x patch x patch, plus grid."""
+    t, h, w = grid
+    per_patch = geom.in_channels * geom.temporal_patch_size * geom.patch_size ** 2
+    return t * h * w * per_patch * geom.pixel_dtype_bytes + GRID_BYTES
+
+
+@dataclass(frozen=True)
+class VideoCost:
+    """What one clip costs a model: frames seen, grid, tokens, processor-cache bytes."""
+
+    frames: int
+    grid: tuple[int, int, int]
+    tokens: int
+    prompt_tokens: int
+    processor_bytes: int
+
+    def embedding_bytes(self, hidden_size: int, dtype_bytes: int = 2) -> int:
+        """Encoder-cache bytes of the clip's embeddings (tokens x hidden size x dtype)."""
+        return self.tokens * hidden_size * dtype_bytes
+
+
+def video_cost(geom: VideoGeometry, total_frames: int, source_fps: float | None, width: int,
+               height: int, count_text: Callable[[str], int] | None = None) -> VideoCost:
+    """The cost of one clip as the server sees it (frame sampling included).
+
+    ``count_text`` counts the tokens of Qwen3-VL's timestamp strings (without it each
+    ``<t seconds>`` counts as 5 tokens, a typical count for Qwen's tokenizer).
+    """
+    indices = sampled_frames(geom, total_frames, source_fps)
+    grid = video_grid(geom, len(indices), width, height)
+    tokens = grid_tokens(geom, grid)
+    prompt = tokens
+    if geom.timestamps:
+        for ts in timestamps(geom, indices, source_fps):
+            text = f"<{ts:.1f} seconds>"
+            prompt += (count_text(text) if count_text else 5) + geom.marker_tokens
+    else:
+        prompt += geom.marker_tokens
+    return VideoCost(len(indices), grid, tokens, prompt, grid_processor_bytes(geom, grid))
+
+
+def timestamps(geom: VideoGeometry, indices: list[int], source_fps: float | None) -> list[float]:
+    """Qwen3-VL's per-temporal-group time: the mean of the group's first and last frame."""
+    fps = source_fps if source_fps and source_fps > 0 else QWEN3_VL_UNKNOWN_FPS
+    tp = geom.temporal_patch_size
+    idx = list(indices)
+    if len(idx) % tp:
+        idx.extend([idx[-1]] * (tp - len(idx) % tp))
+    secs = [i / fps for i in idx]
+    return [(secs[i] + secs[i + tp - 1]) / 2 for i in range(0, len(secs), tp)]
+
+
+@dataclass(frozen=True)
+class AudioGeometry:
+    """How an audio model family turns samples into tokens (Whisper-style features)."""
+
+    family: str
+    sampling_rate: int = 16000
+    hop_length: int = 160
+    chunk_seconds: float | None = 30.0  # Qwen2-Audio pads/truncates to 30 s; None: no limit
+    n_mels: int = 128
+    feature_dtype_bytes: int = 4  # float32 input features
+    mask_dtype_bytes: int = 4  # int32 feature attention mask
+    marker_tokens: int = 2  # audio start/end (<|audio_bos|> <|audio_eos|>)
+
+
+QWEN2_AUDIO = AudioGeometry("qwen2-audio")
+QWEN25_OMNI_AUDIO = AudioGeometry("qwen2.5-omni", chunk_seconds=None)
+
+
+def resampled_samples(geom: AudioGeometry, samples: int, sample_rate: int) -> int:
+    """Samples after resampling to the model's rate (librosa/scipy length: ceil)."""
+    if sample_rate == geom.sampling_rate:
+        return samples
+    return -(-samples * geom.sampling_rate // sample_rate)
+
+
+def mel_frames(geom: AudioGeometry, samples: int, sample_rate: int) -> int:
+    """Feature frames the attention mask keeps (one per hop, truncated at the chunk)."""
+    n = resampled_samples(geom, samples, sample_rate)
+    if geom.chunk_seconds is not None:
+        n = min(n, int(geom.chunk_seconds * geom.sampling_rate))
+    return -(-n // geom.hop_length)
+
+
+def audio_tokens(geom: AudioGeometry, samples: int, sample_rate: int) -> int:
+    """Embedding tokens of one clip: two stride-2 stages over the mel frames."""
+    frames = mel_frames(geom, samples, sample_rate)
+    if frames <= 0:
+        return 0
+    return ((frames - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def audio_processor_bytes(geom: AudioGeometry, samples: int, sample_rate: int) -> int:
+    """vLLM processor-cache bytes: float32 mel features (n_mels x padded frames) + the mask."""
+    if geom.chunk_seconds is not None:  # padded to the full chunk
+        frames = int(geom.chunk_seconds * geom.sampling_rate) // geom.hop_length
+    else:
+        frames = mel_frames(geom, samples, sample_rate)
+    return frames * geom.n_mels * geom.feature_dtype_bytes + frames * geom.mask_dtype_bytes

@@ -1,0 +1,128 @@
+"""Video and audio token / processor-cache rules (mmdatagen.media_tokens).
+
+The vectors were computed offline with the libraries themselves (no model download):
+transformers 5.19.0 ``Qwen2VLVideoProcessor(min_pixels=3136, max_pixels=12845056)`` and
+``Qwen3VLVideoProcessor(size={"shortest_edge": 4096, "longest_edge": 25165824})``
+``.get_num_of_video_patches(frames, height, width)``; vLLM 0.32.0
+``VideoBackend`` (num_frames=32) and ``Qwen3VLVideoBackend`` (fps=2)
+``.compute_frames_index_to_sample``; ``WhisperFeatureExtractor(feature_size=128)`` attention
+mask sums with Qwen2-Audio's length rule.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mmdatagen.media_tokens import (
+    QWEN2_AUDIO,
+    QWEN3_VL,
+    QWEN25_OMNI_AUDIO,
+    QWEN25_VL,
+    audio_processor_bytes,
+    audio_tokens,
+    grid_processor_bytes,
+    mel_frames,
+    resize,
+    sampled_frames,
+    timestamps,
+    video_cost,
+    video_grid,
+)
+
+# (frames, height, width) -> patches (Qwen2.5-VL, Qwen3-VL)
+PATCHES = {
+    (16, 720, 1280): (38272, 28160), (32, 720, 1280): (76544, 46080),
+    (15, 480, 640): (12512, 9600), (4, 360, 640): (2392, 1760),
+    (768, 1080, 1920): (4133376, 43008), (2, 64, 48): (16, 16), (9, 1080, 1920): (53820, 40800),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PATCHES))
+def test_patches_match_the_hf_processors(key):
+    frames, h, w = key
+    for geom, want in zip((QWEN25_VL, QWEN3_VL), PATCHES[key]):
+        t, gh, gw = video_grid(geom, frames, w, h)
+        assert t * gh * gw == want
+
+
+# (total frames, source fps) -> vLLM's frame indices (opencv 32-frame loader; qwen3_vl at 2 fps)
+SAMPLING = {
+    (300, 30.0): ([0, 9, 19, 28, 38, 48, 57, 67, 77, 86, 96, 106, 115, 125, 135, 144, 154, 163,
+                   173, 183, 192, 202, 212, 221, 231, 241, 250, 260, 270, 279, 289, 299],
+                  [0, 16, 31, 47, 63, 79, 94, 110, 126, 142, 157, 173, 189, 205, 220, 236, 252,
+                   268, 283, 299]),
+    (100, 0.0): ([0, 3, 6, 9, 12, 15, 19, 22, 25, 28, 31, 35, 38, 41, 44, 47, 51, 54, 57, 60,
+                  63, 67, 70, 73, 76, 79, 83, 86, 89, 92, 95, 99], [0, 14, 28, 42, 57, 71, 85, 99]),
+    (45, 29.97): ([0, 1, 2, 4, 5, 7, 8, 9, 11, 12, 14, 15, 17, 18, 19, 21, 22, 24, 25, 26, 28,
+                   29, 31, 32, 34, 35, 36, 38, 39, 41, 42, 44], [0, 15, 29, 44]),
+    (16, 2.0): (list(range(16)), list(range(16))),
+    (3, 2.0): ([0, 1, 2], [0, 1, 2]),
+}
+
+
+@pytest.mark.parametrize("key", sorted(SAMPLING))
+def test_frame_sampling_matches_vllm(key):
+    total, fps = key
+    assert sampled_frames(QWEN25_VL, total, fps) == SAMPLING[key][0]
+    assert sampled_frames(QWEN3_VL, total, fps) == SAMPLING[key][1]
+
+
+def test_qwen3_vl_2000_frames_at_25_fps_sample_160():
+    idx = sampled_frames(QWEN3_VL, 2000, 25.0)
+    assert len(idx) == 160 and idx[:4] == [0, 13, 25, 38] and idx[-1] == 1999
+
+
+def test_clip_cost_and_processor_bytes():
+    # 16 frames of 1280x720 at 8 fps (2 s): Qwen3-VL samples 4 frames -> 2 temporal groups
+    cost = video_cost(QWEN3_VL, 16, 8.0, 1280, 720, count_text=lambda s: len(s.split()) + 3)
+    assert cost.frames == 4 and cost.grid[0] == 2
+    per_patch = 3 * 2 * 16 * 16
+    assert cost.processor_bytes == cost.grid[0] * cost.grid[1] * cost.grid[2] * per_patch + 24
+    assert cost.tokens == cost.grid[0] * cost.grid[1] * cost.grid[2] // 4
+    stamps = timestamps(QWEN3_VL, [0, 5, 10, 15], 8.0)
+    assert stamps == [(0 + 5 / 8) / 2, (10 / 8 + 15 / 8) / 2]
+    assert cost.prompt_tokens == cost.tokens + 2 * (5 + 2)  # "<0.3 seconds>" -> 2 words + 3
+    q25 = video_cost(QWEN25_VL, 16, 8.0, 1280, 720)
+    assert (q25.frames, q25.grid) == (16, (8, 52, 92)) and q25.tokens == 38272 // 4
+    assert q25.prompt_tokens == q25.tokens + 2
+    assert grid_processor_bytes(QWEN25_VL, q25.grid) == 38272 * 3 * 2 * 14 * 14 + 24
+    assert q25.embedding_bytes(2048) == q25.tokens * 2048 * 2
+
+
+@given(frames=st.integers(2, 2000), w=st.integers(32, 4000), h=st.integers(32, 4000))
+def test_qwen3_vl_clip_budget_holds(frames, w, h):
+    if max(w, h) / min(w, h) > 200:
+        return
+    rw, rh = resize(QWEN3_VL, frames, w, h)
+    assert rw % 32 == 0 and rh % 32 == 0
+    if frames * rw * rh > QWEN3_VL.max_pixels:  # only the 32-pixel floor may exceed the budget
+        assert min(rw, rh) == 32
+
+
+@given(frames=st.integers(1, 64), w=st.integers(28, 3000), h=st.integers(28, 3000))
+def test_qwen25_vl_grid_is_per_frame(frames, w, h):
+    if max(w, h) / min(w, h) > 200:
+        return
+    t, gh, gw = video_grid(QWEN25_VL, frames, w, h)
+    assert t == -(-frames // 2)
+    assert (gw * 14, gh * 14) == resize(QWEN25_VL, 1, w, h) == resize(QWEN25_VL, frames, w, h)
+
+
+# samples at 16 kHz -> (mel frames, Qwen2-Audio tokens)
+AUDIO = {80000: (500, 125), 16000: (100, 25), 480000: (3000, 750), 800000: (3000, 750),
+         12345: (78, 19), 159: (1, 0), 161: (2, 0)}
+
+
+@pytest.mark.parametrize("samples", sorted(AUDIO))
+def test_qwen2_audio_tokens_match_whisper_features(samples):
+    assert (mel_frames(QWEN2_AUDIO, samples, 16000), audio_tokens(QWEN2_AUDIO, samples, 16000)) \
+        == AUDIO[samples]
+
+
+def test_audio_resampling_omni_and_cache_bytes():
+    assert audio_tokens(QWEN2_AUDIO, 5 * 44100, 44100) == 125  # resampled to 16 kHz first
+    assert audio_tokens(QWEN2_AUDIO, 60 * 16000, 16000) == 750  # truncated at 30 s
+    assert audio_tokens(QWEN25_OMNI_AUDIO, 60 * 16000, 16000) == 1500  # no 30 s window
+    assert audio_processor_bytes(QWEN2_AUDIO, 16000, 16000) == 3000 * 128 * 4 + 3000 * 4
+    assert audio_processor_bytes(QWEN25_OMNI_AUDIO, 16000, 16000) == 100 * 128 * 4 + 100 * 4
