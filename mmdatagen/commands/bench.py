@@ -57,6 +57,8 @@ def _common_options(f):
                      help="Extra argument passed to the embedded 'mmdatagen serve'; repeatable."),
         click.option("--http-client", type=click.Choice(["raw", "aiohttp"]), default="raw",
                      show_default=True, help="raw asyncio HTTP/1.1 (fastest) or aiohttp."),
+        click.option("--max-response-mb", type=float, default=64.0, show_default=True,
+                     help="Largest response read (MiB); a larger one fails as ResponseTooLarge."),
         click.option("--grace-period", "--benchmark-grace-period", "grace_period", type=float,
                      default=30.0, show_default=True,
                      help="Seconds to let in-flight requests finish after Ctrl-C."),
@@ -100,7 +102,8 @@ def _config(kw: dict, *, url: str | None, cache_gb: float, output_dir: Path):
         sim_args=list(kw["sim_args"]), time_scale=kw["time_scale"],
         http_client=kw["http_client"], grace_period=kw["grace_period"], seed=kw["seed"],
         quiet=kw["quiet"], predict=not kw["no_predict"], fixed_schedule=kw["fixed_schedule"],
-        goodput=_slos(kw), metrics_interval=_interval(kw))
+        goodput=_slos(kw), metrics_interval=_interval(kw),
+        max_response_bytes=_mib(kw["max_response_mb"]))
 
 
 def _slos(kw: dict) -> dict[str, float]:
@@ -114,6 +117,14 @@ def _interval(kw: dict) -> float:
     if v <= 0:
         raise UserError("--metrics-interval must be positive")
     return v
+
+
+def _mib(value: float) -> int:
+    import math
+
+    if not math.isfinite(value) or value <= 0:
+        raise UserError("--max-response-mb must be a positive number")
+    return int(value * (1 << 20))
 
 
 @click.command()

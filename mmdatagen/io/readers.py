@@ -5,6 +5,7 @@ Rows are parsed one line at a time (lines may hold tens of MB of base64), so mem
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +48,30 @@ def open_text(path: Path) -> IO[bytes]:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
 
 
+def _lines(fh: IO[bytes], path: Path) -> Iterator[tuple[int, bytes]]:
+    """Numbered lines; a truncated or corrupt ``.gz`` (or a failing disk) is a one-line error
+    naming the file and line, never a silent early end."""
+    line_no = 0
+    it = iter(fh)
+    while True:
+        try:
+            line = next(it)
+        except StopIteration:
+            return
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise DatasetError(f"{path}:{line_no + 1}: truncated or corrupt compressed data "
+                               f"({exc})") from None
+        except OSError as exc:
+            raise DatasetError(f"{path}:{line_no + 1}: cannot read ({exc.strerror or exc})") \
+                from None
+        line_no += 1
+        yield line_no, line
+
+
 def iter_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_no, object)`` for every non-empty line; a bad line is a one-line error."""
     with open_text(path) as fh:
-        for line_no, line in enumerate(fh, 1):
+        for line_no, line in _lines(fh, Path(path)):
             if line.isspace():  # stops at the first non-space byte; strip() would copy the line
                 continue
             try:

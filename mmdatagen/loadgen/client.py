@@ -3,8 +3,10 @@
 Both return a :class:`Result` with monotonic-ns timestamps taken where bytes arrive: the request
 start just before the first byte is written, the first and last *content* chunks (SSE events
 whose delta carries text), and the last byte of the response. Every failure becomes a classified
-``error`` dict (``HTTPError``, ``Timeout``, ``ConnectionError``, ``ConnectionReset``,
-``MalformedStream``, ``EmptyResponse``, ``ServerError``); nothing raises out of ``request``.
+``error`` dict from one taxonomy (``failures.ErrorKind``: the same reply is the same kind with
+either client); nothing raises out of ``request``. A response larger than ``max_response_bytes``
+(default 64 MiB) stops being read and is ``ResponseTooLarge``: memory stays bounded whatever the
+server sends (a 2 GB body, an endless stream).
 
 Why raw by default (measured with benchmarks/bench_loadgen.py, one run, shared 2-core machine):
 short non-streaming requests at concurrency 32 against a zero-delay server, raw ~10,800 req/s vs
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..errors import UserError
+from .failures import DEFAULT_MAX_RESPONSE_BYTES, ErrorKind, classify_aiohttp, error, too_large
 
 _now = time.perf_counter_ns
 MAX_HEAD = 64 * 1024
@@ -46,10 +49,6 @@ class Result:
     image_misses: int | None = None
     server_ttft_ns: int | None = None
     error: dict | None = None
-
-
-def error(kind: str, message: str, code: int | str | None = None) -> dict:
-    return {"type": kind, "code": code, "message": message}
 
 
 def _int_or_none(v: bytes | str | None) -> int | None:
@@ -87,7 +86,7 @@ class _Content:
         if err is not None and self.res.error is None:
             msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
             code = err.get("code") if isinstance(err, dict) else None
-            self.res.error = error("ServerError", str(msg)[:300], code)
+            self.res.error = error(ErrorKind.SERVER, str(msg)[:300], code)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.res.usage = usage
@@ -115,9 +114,10 @@ class _Exchange:
     """Parses one HTTP/1.1 response as bytes arrive (head, then chunked/length/close framing)."""
 
     __slots__ = ("fut", "res", "content", "streaming", "state", "buf", "length", "chunked",
-                 "sse", "body", "keep_alive", "is_sse", "got_bytes")
+                 "sse", "body", "keep_alive", "is_sse", "got_bytes", "received", "limit")
 
-    def __init__(self, fut: asyncio.Future, res: Result, streaming: bool, collect: bool) -> None:
+    def __init__(self, fut: asyncio.Future, res: Result, streaming: bool, collect: bool,
+                 limit: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.fut = fut
         self.res = res
         self.content = _Content(res, collect)
@@ -131,18 +131,30 @@ class _Exchange:
         self.keep_alive = True
         self.is_sse = False
         self.got_bytes = False
+        self.received = 0
+        self.limit = limit
+
+    def over_limit(self, n: int) -> bool:
+        """Count ``n`` more bytes; past the limit, fail the exchange (the caller stops reading)."""
+        self.received += n
+        if self.received > self.limit:
+            self.fail(too_large(self.limit))
+            return True
+        return False
 
     # -- framing -------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
         ts = _now()
         self.got_bytes = True
         self.res.end_ns = ts
+        if self.over_limit(len(data)):
+            return
         if self.state == 0:
             data = self.buf + data if self.buf else data
             i = data.find(b"\r\n\r\n")
             if i < 0:
                 if len(data) > MAX_HEAD:
-                    return self.fail(error("MalformedStream", "response head too large"))
+                    return self.fail(error(ErrorKind.MALFORMED, "response head too large"))
                 self.buf = data
                 return
             self.buf = b""
@@ -173,12 +185,12 @@ class _Exchange:
         lines = head.split(b"\r\n")
         status_line = lines[0].split(b" ", 2)
         if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
-            self.fail(error("MalformedStream", f"not an HTTP response: {lines[0][:60]!r}"))
+            self.fail(error(ErrorKind.MALFORMED, f"not an HTTP response: {lines[0][:60]!r}"))
             return False
         try:
             self.res.status = int(status_line[1])
         except ValueError:
-            self.fail(error("MalformedStream", "bad HTTP status line"))
+            self.fail(error(ErrorKind.MALFORMED, "bad HTTP status line"))
             return False
         if status_line[0] == b"HTTP/1.0":
             self.keep_alive = False
@@ -189,6 +201,9 @@ class _Exchange:
             value = value.strip()
             if name == b"content-length":
                 self.length = _int_or_none(value)
+                if self.length is None or self.length < 0:
+                    self.fail(error(ErrorKind.MALFORMED, f"bad Content-Length {value[:40]!r}"))
+                    return False
             elif name == b"transfer-encoding":
                 self.chunked = b"chunked" in value.lower()
             elif name == b"connection":
@@ -233,7 +248,7 @@ class _Exchange:
                 size = int(buf[pos:j].split(b";", 1)[0].strip(), 16)
             except ValueError:
                 self.buf = b""
-                return self.fail(error("MalformedStream", "bad chunk size"))
+                return self.fail(error(ErrorKind.MALFORMED, "bad chunk size"))
             if size == 0:
                 self.state = 2
                 pos = j + 2
@@ -278,22 +293,22 @@ class _Exchange:
         status = res.status or 0
         if res.error is None:
             if status >= 400 or status < 200:
-                res.error = error("HTTPError", _error_message(body) or f"HTTP {status}", status)
+                res.error = error(ErrorKind.HTTP, _error_message(body) or f"HTTP {status}", status)
             elif not self.is_sse:
                 try:
                     obj = orjson.loads(body) if body else None
                 except orjson.JSONDecodeError:
                     obj = None
                 if not isinstance(obj, dict):
-                    res.error = (error("EmptyResponse", "empty response body") if not body.strip()
-                                 else error("MalformedStream", f"response is not JSON: {body[:80]!r}"))
+                    res.error = (error(ErrorKind.EMPTY, "empty response body") if not body.strip()
+                                 else error(ErrorKind.MALFORMED, f"response is not JSON: {body[:80]!r}"))
                 else:
                     content.absorb(obj, ts, delta=False)
             if res.error is None:
                 if content.malformed:
-                    res.error = error("MalformedStream", content.malformed)
+                    res.error = error(ErrorKind.MALFORMED, content.malformed)
                 elif res.first_ns is None:
-                    res.error = error("EmptyResponse", "response carried no content")
+                    res.error = error(ErrorKind.EMPTY, "response carried no content")
         if content.parts is not None:
             res.text = "".join(content.parts)
         if not self.fut.done():
@@ -315,7 +330,7 @@ class _Exchange:
         if self.state == 1 and not self.chunked and self.length is None:
             return self.finish(_now())  # close-delimited body
         what = "mid-stream" if self.got_bytes else "before any response"
-        self.fail(error("ConnectionReset", f"connection closed {what}"))
+        self.fail(error(ErrorKind.RESET, f"connection closed {what}"))
 
 
 class _Conn(asyncio.Protocol):
@@ -394,11 +409,13 @@ class Target:
 class RawClient:
     """Minimal HTTP/1.1 keep-alive client over asyncio (plain http only)."""
 
-    def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str]) -> None:
+    def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str],
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         if target.scheme != "http":
             raise UserError("the raw client speaks plain http; use --http-client aiohttp for https")
         self.target = target
         self.timeout_s = timeout_s
+        self.limit = max_response_bytes
         self.idle: list[_Conn] = []
         host = target.host if target.port == 80 else f"{target.host}:{target.port}"
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -424,10 +441,10 @@ class RawClient:
                 conn = self.idle.pop() if reused else await self._connect()
             except OSError as exc:
                 res.end_ns = _now()
-                res.error = error("ConnectionError", f"cannot connect: {exc.strerror or exc}")
+                res.error = error(ErrorKind.CONNECT, f"cannot connect: {exc.strerror or exc}")
                 return res
             fut = loop.create_future()
-            ex = _Exchange(fut, res, streaming, collect_text)
+            ex = _Exchange(fut, res, streaming, collect_text, self.limit)
             conn.ex = ex
             timer = loop.call_later(self.timeout_s, _timeout, ex, conn, self.timeout_s)
             try:
@@ -451,7 +468,7 @@ class RawClient:
                 conn.close()
             # a stale keep-alive connection closed by the server before answering: retry once
             if (reused and attempt == 0 and res.error is not None
-                    and res.error["type"] == "ConnectionReset" and not ex.got_bytes):
+                    and res.error["type"] == ErrorKind.RESET.value and not ex.got_bytes):
                 continue
             return res
         return res
@@ -463,17 +480,19 @@ class RawClient:
 
 
 def _timeout(ex: _Exchange, conn: _Conn, seconds: float) -> None:
-    ex.fail(error("Timeout", f"no complete response within {seconds:g} s"))
+    ex.fail(error(ErrorKind.TIMEOUT, f"no complete response within {seconds:g} s"))
     conn.close()
 
 
 class AiohttpClient:
     """The same interface over aiohttp (https, and the comparison in the benchmark)."""
 
-    def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str]) -> None:
+    def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str],
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         import aiohttp
 
         self.aiohttp = aiohttp
+        self.limit = max_response_bytes
         self.base = f"{target.scheme}://{target.host}:{target.port}"
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.timeout_s = timeout_s
@@ -491,7 +510,7 @@ class AiohttpClient:
                 hdrs[k.strip()] = v.strip()
         res = Result(start_ns=_now())
         fut = asyncio.get_running_loop().create_future()
-        ex = _Exchange(fut, res, streaming, collect_text)
+        ex = _Exchange(fut, res, streaming, collect_text, self.limit)
         ex.state = 1
         try:
             async with self.session.post(self.base + path, data=body, headers=hdrs) as resp:
@@ -505,18 +524,14 @@ class AiohttpClient:
                     ts = _now()
                     res.end_ns = ts
                     ex.got_bytes = True
+                    if ex.over_limit(len(data)):
+                        resp.close()  # drop the connection: the rest is never read
+                        break
                     ex._payload(data, ts)
-                ex.finish(_now())
-        except asyncio.TimeoutError:
-            ex.fail(error("Timeout", f"no complete response within {self.timeout_s:g} s"))
-        except self.aiohttp.ClientPayloadError as exc:
-            ex.fail(error("ConnectionReset", f"connection closed mid-stream ({exc})"))
-        except (self.aiohttp.ServerDisconnectedError, ConnectionResetError) as exc:
-            ex.fail(error("ConnectionReset", f"connection closed ({exc.__class__.__name__})"))
-        except self.aiohttp.ClientConnectorError as exc:
-            ex.fail(error("ConnectionError", f"cannot connect: {exc}"))
-        except (self.aiohttp.ClientError, OSError) as exc:
-            ex.fail(error("ConnectionError", f"{exc.__class__.__name__}: {exc}"))
+                else:
+                    ex.finish(_now())
+        except (asyncio.TimeoutError, self.aiohttp.ClientError, OSError) as exc:
+            ex.fail(classify_aiohttp(exc, self.timeout_s))
         if res.end_ns is None:
             res.end_ns = _now()
         return res
@@ -525,9 +540,10 @@ class AiohttpClient:
         await self.session.close()
 
 
-def make_client(kind: str, url: str, *, timeout_s: float, headers: dict[str, str]):
+def make_client(kind: str, url: str, *, timeout_s: float, headers: dict[str, str],
+                max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
     """``raw`` (default; falls back to aiohttp for https) or ``aiohttp``."""
     target = Target.parse(url)
-    if kind == "raw" and target.scheme == "http":
-        return RawClient(target, timeout_s=timeout_s, headers=headers), target
-    return AiohttpClient(target, timeout_s=timeout_s, headers=headers), target
+    cls = RawClient if kind == "raw" and target.scheme == "http" else AiohttpClient
+    return cls(target, timeout_s=timeout_s, headers=headers,
+               max_response_bytes=max_response_bytes), target

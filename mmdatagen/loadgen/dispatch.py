@@ -19,7 +19,8 @@ import numpy as np
 from ..errors import DatasetError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
-from .client import Result, error
+from .client import Result
+from .failures import ErrorKind, error
 from .payload import BodyConfig, ImageEncoder, build_body, serialize
 from .sessions import Session, SessionSource
 
@@ -159,7 +160,7 @@ async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
     except Exception as exc:  # a bad row must not kill the run
         now = time.perf_counter_ns()
         res = Result(start_ns=now, end_ns=now,
-                     error=error("InvalidRequest", f"{exc.__class__.__name__}: {exc}"[:300]))
+                     error=error(ErrorKind.INVALID_REQUEST, f"{exc.__class__.__name__}: {exc}"[:300]))
         payload = None
     dispatch_index = None
     if payload is not None:
@@ -175,13 +176,13 @@ async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
                                            collect_text=history is not None)
         except asyncio.CancelledError:
             res = Result(start_ns=started, end_ns=time.perf_counter_ns(),
-                         error=error("Cancelled", "request cancelled at shutdown"))
+                         error=error(ErrorKind.CANCELLED, "request cancelled at shutdown"))
             ctx.in_flight -= 1
             _record(ctx, sess, turn, phase, xid, res, dispatch_index)
             raise
         except Exception as exc:  # never crash the run on a client bug
             res = Result(start_ns=started, end_ns=time.perf_counter_ns(),
-                         error=error("ClientError", f"{exc.__class__.__name__}: {exc}"[:300]))
+                         error=error(ErrorKind.CLIENT, f"{exc.__class__.__name__}: {exc}"[:300]))
         ctx.in_flight -= 1
     _record(ctx, sess, turn, phase, xid, res, dispatch_index)
     if history is not None and payload is not None and "messages" in body:

@@ -17,6 +17,7 @@ from ..io.readers import detect_format, iter_turns
 from ..metrics import build_export, console_table, write_exports
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
+from .failures import DEFAULT_MAX_RESPONSE_BYTES
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
 from .predict import fetch_timeline, prediction_result, prediction_setup
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
@@ -62,6 +63,7 @@ class BenchConfig:
     image_cache_bytes: int = 1 << 30
     goodput: dict[str, float] = field(default_factory=dict)  # SLO tag -> objective (goodput.py)
     metrics_interval: float = 1.0  # seconds between /metrics scrapes during the run
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # larger: ResponseTooLarge, not read
 
     def public(self) -> dict[str, Any]:
         """The config as written to exports: no API key, secret-looking headers redacted."""
@@ -100,6 +102,8 @@ def _validate(cfg: BenchConfig) -> None:
         raise UserError("--time-scale must be positive")
     if cfg.request_timeout <= 0:
         raise UserError("--request-timeout must be positive")
+    if cfg.max_response_bytes < 1024:
+        raise UserError("--max-response-mb must be at least 0.001 (1 KiB)")
     if cfg.endpoint_type not in ENDPOINT_PATHS:
         raise UserError(f"--endpoint-type must be one of {', '.join(ENDPOINT_PATHS)}")
     if cfg.fixed_schedule and (cfg.warmup_request_count or cfg.request_rate
@@ -262,7 +266,7 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"
     client, target = make_client(cfg.http_client, url, timeout_s=cfg.request_timeout,
-                                 headers=headers)
+                                 headers=headers, max_response_bytes=cfg.max_response_bytes)
     body_cfg = BodyConfig(model=cfg.model, endpoint_type=cfg.endpoint_type,
                           streaming=cfg.streaming, extra_inputs=cfg.extra_inputs)
     ctx = Context(client=client, path=target.path_for(ENDPOINT_PATHS[cfg.endpoint_type]),

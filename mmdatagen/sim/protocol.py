@@ -121,77 +121,140 @@ def _int_field(body: dict, name: str, minimum: int) -> int | None:
     return v
 
 
-def parse_body(raw: bytes, kind: str, profile: Profile, resolver: ImageResolver,
-               models: frozenset[str]) -> ParsedRequest:
-    """Validate an OpenAI request body; raise :class:`RequestError` on anything unusable."""
+# Message roles the OpenAI chat API (and vLLM) accept; content is optional only for assistant
+# messages (which may carry tool calls instead).
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Sampling parameters: (lowest, highest, lowest included) as vLLM's SamplingParams checks them.
+_NUMBERS = {"temperature": (0.0, math.inf, True), "top_p": (0.0, 1.0, False),
+            "min_p": (0.0, 1.0, True), "presence_penalty": (-2.0, 2.0, True),
+            "frequency_penalty": (-2.0, 2.0, True), "repetition_penalty": (0.0, math.inf, False)}
+_INTEGERS = ("seed", "top_k", "top_logprobs")
+_BOOLEANS = ("logprobs", "echo", "add_generation_prompt", "skip_special_tokens")
+
+
+def _load_json(raw: bytes) -> dict:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RequestError(400, f"request body is not valid JSON: {exc.msg}") from None
     if not isinstance(body, dict):
         raise RequestError(400, "request body must be a JSON object")
+    return body
+
+
+def _check_model(body: dict, models: frozenset[str]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise RequestError(400, "missing required field 'model'")
     if model not in models:
         raise RequestError(404, f"The model `{model}` does not exist.", "NotFoundError",
                            "model_not_found")
-    bpt = profile.text_bytes_per_token
-    text_tokens = 0
+    return model
+
+
+def _check_sampling(body: dict) -> None:
+    """Types and ranges of the sampling fields (the simulator ignores their values)."""
+    for name, (low, high, low_ok) in _NUMBERS.items():
+        v = body.get(name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise RequestError(400, f"'{name}' must be a number")
+        if v < low or (v == low and not low_ok) or v > high:
+            bound = "[" if low_ok else "("
+            raise RequestError(400, f"'{name}' must be in {bound}{low:g}, {high:g}], got {v!r}")
+    for name in _INTEGERS:
+        v = body.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise RequestError(400, f"'{name}' must be an integer")
+    for name in _BOOLEANS:
+        v = body.get(name)
+        if v is not None and not isinstance(v, bool):
+            raise RequestError(400, f"'{name}' must be a boolean")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and all(isinstance(x, str) for x in stop)):
+        raise RequestError(400, "'stop' must be a string or a list of strings")
+
+
+def _part(part: Any, bpt: float, resolver: ImageResolver, images: list[SimImage]) -> int:
+    """One content part: its text tokens (images are appended to ``images``)."""
+    if not isinstance(part, dict):
+        raise RequestError(400, "content parts must be objects")
+    ptype = part.get("type")
+    if ptype == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise RequestError(400, "text parts need a string 'text'")
+        return _text_tokens(text, bpt)
+    if ptype == "image_url":
+        iu = part.get("image_url")
+        if not isinstance(iu, dict):
+            raise RequestError(400, "'image_url' must be an object {\"url\": ...}")
+        url, uuid = iu.get("url"), part.get("uuid")
+        if not isinstance(url, str) or (uuid is not None and not isinstance(uuid, str)):
+            raise RequestError(400, "image_url parts need a string 'url'")
+        images.append(resolver.resolve(url, uuid))
+        return 0
+    raise RequestError(400, f"unsupported content part type {ptype!r}")
+
+
+def _message(msg: Any, bpt: float, resolver: ImageResolver, images: list[SimImage]) -> int:
+    """One chat message: its text tokens."""
+    if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+        raise RequestError(400, "each message must be an object with a 'role'")
+    role = msg["role"]
+    if role not in ROLES:
+        raise RequestError(400, f"unknown message role {role[:40]!r}; expected one of "
+                                f"{', '.join(sorted(ROLES))}")
+    if "content" not in msg:
+        if role == "assistant":
+            return 0
+        raise RequestError(400, f"a '{role}' message needs 'content'")
+    content = msg["content"]
+    if content is None and role == "assistant":
+        return 0
+    if isinstance(content, str):
+        return _text_tokens(content, bpt)
+    if not isinstance(content, list):
+        raise RequestError(400, "message 'content' must be a string or a list of parts")
+    return sum(_part(part, bpt, resolver, images) for part in content)
+
+
+def _chat_prompt(body: dict, bpt: float, resolver: ImageResolver) -> tuple[int, list[SimImage]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' must be a non-empty list")
     images: list[SimImage] = []
-    if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise RequestError(400, "'messages' must be a non-empty list")
-        for msg in messages:
-            if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-                raise RequestError(400, "each message must be an object with a 'role'")
-            content = msg.get("content")
-            if content is None:
-                continue
-            if isinstance(content, str):
-                text_tokens += _text_tokens(content, bpt)
-                continue
-            if not isinstance(content, list):
-                raise RequestError(400, "message 'content' must be a string or a list of parts")
-            for part in content:
-                if not isinstance(part, dict):
-                    raise RequestError(400, "content parts must be objects")
-                ptype = part.get("type")
-                if ptype == "text":
-                    text = part.get("text")
-                    if not isinstance(text, str):
-                        raise RequestError(400, "text parts need a string 'text'")
-                    text_tokens += _text_tokens(text, bpt)
-                elif ptype == "image_url":
-                    iu = part.get("image_url")
-                    url = iu.get("url") if isinstance(iu, dict) else iu
-                    uuid = part.get("uuid")
-                    if not isinstance(url, str) or (uuid is not None and not isinstance(uuid, str)):
-                        raise RequestError(400, "image_url parts need a string 'url'")
-                    images.append(resolver.resolve(url, uuid))
-                else:
-                    raise RequestError(400, f"unsupported content part type {ptype!r}")
-    else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            text_tokens = _text_tokens(prompt, bpt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(x, str) for x in prompt):
-            if len(prompt) > 1:
-                raise RequestError(400, "the simulator accepts one prompt per request")
-            text_tokens = _text_tokens(prompt[0], bpt)
-        elif (isinstance(prompt, list) and prompt
-              and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt)):
-            text_tokens = len(prompt)
-        else:
-            raise RequestError(400, "'prompt' must be a string, one-string list or token ids")
+    return sum(_message(m, bpt, resolver, images) for m in messages), images
+
+
+def _completion_prompt(body: dict, bpt: float) -> int:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return _text_tokens(prompt, bpt)
+    if isinstance(prompt, list) and prompt and all(isinstance(x, str) for x in prompt):
+        if len(prompt) > 1:
+            raise RequestError(400, "the simulator accepts one prompt per request")
+        return _text_tokens(prompt[0], bpt)
+    if (isinstance(prompt, list) and prompt
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt)):
+        return len(prompt)
+    raise RequestError(400, "'prompt' must be a string, one-string list or token ids")
+
+
+def _stream_flags(body: dict) -> tuple[bool, bool]:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise RequestError(400, "'stream' must be a boolean")
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise RequestError(400, "'stream_options' must be an object")
-    include_usage = bool(opts and opts.get("include_usage")) and stream
+    return stream, bool(opts and opts.get("include_usage")) and stream
+
+
+def _output_request(body: dict) -> tuple[int | None, int, bool]:
+    """``max_tokens`` (or ``max_completion_tokens``), ``min_tokens``, ``ignore_eos``."""
     n = body.get("n", 1)
     if n != 1:
         raise RequestError(400, "the simulator supports n = 1 only")
@@ -202,20 +265,52 @@ def parse_body(raw: bytes, kind: str, profile: Profile, resolver: ImageResolver,
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise RequestError(400, "'ignore_eos' must be a boolean")
+    return max_tokens, min_tokens, ignore_eos
+
+
+def output_target(natural: int, max_tokens: int | None, min_tokens: int = 0,
+                  ignore_eos: bool = False) -> tuple[int, str]:
+    """Tokens a request generates and its finish reason: THE rule of ``serve`` and ``simulate``.
+
+    Without ``ignore_eos`` the model stops at its natural length (the profile's) unless
+    ``max_tokens`` cuts it; ``min_tokens`` is a floor either way.
+    """
     if max_tokens is not None and min_tokens > max_tokens:
         raise RequestError(400, "'min_tokens' must not exceed 'max_tokens'")
-    natural = profile.natural_output_tokens
     if ignore_eos:
         target = max_tokens if max_tokens is not None else natural
     else:
         target = natural if max_tokens is None else min(max_tokens, natural)
     target = max(target, min_tokens, 1)
-    finish = "length" if max_tokens is not None and target >= max_tokens else "stop"
-    parsed = ParsedRequest(kind, model, stream, include_usage, text_tokens, images, target, finish)
+    return target, "length" if max_tokens is not None and target >= max_tokens else "stop"
+
+
+def check_context(profile: Profile, prompt_tokens: int, target: int,
+                  max_tokens: int | None) -> None:
+    """The prompt plus the output asked for must fit the model's context (as vLLM checks)."""
     asked = max(target, max_tokens or 0)
-    if parsed.prompt_tokens + asked > profile.max_model_len:
-        raise RequestError(400, f"prompt ({parsed.prompt_tokens} tokens) plus output ({asked}) "
+    if prompt_tokens + asked > profile.max_model_len:
+        raise RequestError(400, f"prompt ({prompt_tokens} tokens) plus output ({asked}) "
                                 f"exceeds the maximum context length {profile.max_model_len}")
+
+
+def parse_body(raw: bytes, kind: str, profile: Profile, resolver: ImageResolver,
+               models: frozenset[str]) -> ParsedRequest:
+    """Validate an OpenAI request body; raise :class:`RequestError` on anything unusable."""
+    body = _load_json(raw)
+    model = _check_model(body, models)
+    bpt = profile.text_bytes_per_token
+    if kind == "chat":
+        text_tokens, images = _chat_prompt(body, bpt, resolver)
+    else:
+        text_tokens, images = _completion_prompt(body, bpt), []
+    _check_sampling(body)
+    stream, include_usage = _stream_flags(body)
+    max_tokens, min_tokens, ignore_eos = _output_request(body)
+    target, finish = output_target(profile.natural_output_tokens, max_tokens, min_tokens,
+                                   ignore_eos)
+    parsed = ParsedRequest(kind, model, stream, include_usage, text_tokens, images, target, finish)
+    check_context(profile, parsed.prompt_tokens, target, max_tokens)
     return parsed
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -14,6 +15,29 @@ from aiohttp import web
 from ..errors import UserError
 from ..io.atomic import atomic_write_bytes, check_target
 from .server import SimServer
+
+
+class OneLineBadRequests(logging.Filter):
+    """aiohttp logs a malformed request (bad request line, header, framing) with a traceback; the
+    client already got its 400, so the log gets one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            detail = " ".join(str(exc.message).split())[:160]
+            record.msg, record.args = "mmdatagen serve: 400 for a malformed request from %s: %s", (
+                peer, detail)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_bad_requests() -> None:
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, OneLineBadRequests) for f in logger.filters):
+        logger.addFilter(OneLineBadRequests())
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -36,6 +60,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path | None,
                         quiet: bool = False) -> None:
+    quiet_bad_requests()
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

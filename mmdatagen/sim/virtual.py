@@ -19,7 +19,7 @@ from ..io.readers import detect_format, iter_turns
 from ..vlm import get_model
 from .engine import Engine, SimImage, SimRequest
 from .profile import Profile
-from .protocol import ImageResolver, RequestError
+from .protocol import ImageResolver, RequestError, check_context, output_target
 
 
 @dataclass
@@ -44,10 +44,25 @@ class OutputPolicy:
     ignore_eos: bool = False
 
     def target(self, natural: int, row_max: int | None) -> int:
+        """Output tokens of a row: the server's rule (``protocol.output_target``)."""
         mx = row_max if row_max is not None else self.max_tokens
-        t = (mx if mx is not None else natural) if self.ignore_eos else (
-            natural if mx is None else min(mx, natural))
-        return max(t, self.min_tokens, 1)
+        return output_target(natural, mx, self.min_tokens, self.ignore_eos)[0]
+
+    def check(self, turns: list[SimTurn], profile: Profile) -> None:
+        """Refuse what ``serve`` answers with 400: min above max, or prompt plus output beyond
+        the model's context (``protocol.check_context``), naming the first such row."""
+        natural = profile.natural_output_tokens
+        for row in turns:
+            mx = row.output_length if row.output_length is not None else self.max_tokens
+            prompt = row.text_tokens + sum(im.prompt_tokens for im in row.images) + sum(
+                reply_tokens(self.target(natural, ol), profile.text_bytes_per_token)
+                for ol in row.prior_outputs)
+            try:
+                target, _ = output_target(natural, mx, self.min_tokens, self.ignore_eos)
+                check_context(profile, prompt, target, mx)
+            except RequestError as exc:
+                raise UserError(f"session {row.session.lstrip(chr(0))} turn {row.turn_index}: "
+                                f"{exc.message} (the server answers 400)") from None
 
 
 def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
@@ -154,6 +169,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
     if request_rate is not None and request_rate <= 0:
         raise UserError("--request-rate must be positive")
     policy = policy or OutputPolicy()
+    policy.check(turns, profile)
     eng = Engine(profile, cache_gb)
     sessions = _Sessions(turns, wrap)
     gen = np.random.default_rng(seed)
