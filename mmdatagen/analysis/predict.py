@@ -19,7 +19,12 @@ GIB = 1 << 30
 FRACTIONS = (0.9, 0.99, 1.0)
 INSERT = ("schedule", "completion")
 CURVE_SAMPLES = 400  # capacities simulated for a curve under insert-at-completion
-REPLAY_SAMPLES = 48  # capacities replayed for a curve where no one-pass answer exists
+REPLAY_SAMPLES = 48
+REPLAY_CURVE_MAX_REFS = 200_000  # below a request's span, curves are replayed only this far  # capacities replayed for a curve where no one-pass answer exists
+REPLAY_BUDGET = 100_000_000  # references replayed for one sampled curve, at most
+MIN_SAMPLES = 16
+GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
+GRID_STEP = 0.01  # relative step of that grid (thresholds of replay methods within 1 %)
 SPREAD_ORDERS = 8  # completion orders (FIFO + seeded random) behind an a priori spread
 
 
@@ -104,17 +109,21 @@ class _Points:
         return self.memo[key]
 
     def smallest(self, min_hits: float, hi: int, unit_sizes: bool) -> int | None:
-        """Smallest integer capacity in [0, hi] with enough hits (hit counts rise with capacity)."""
+        """Smallest capacity in [0, hi] with enough hits (hit counts taken to rise with
+        capacity): exact for small ranges, else on a grid of 1 % steps (each step is a replay)."""
         if self.at(hi, unit_sizes)["hits"] < min_hits:
             return None
-        lo = 0
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.at(mid, unit_sizes)["hits"] >= min_hits:
-                hi = mid
+        grid = np.arange(hi + 1) if hi <= GRID_EXACT else np.unique(np.r_[
+            0, np.geomspace(1, hi, int(np.log(hi) / np.log(1 + GRID_STEP)) + 2).astype(np.int64),
+            hi])
+        lo, top = 0, grid.size - 1
+        while lo < top:
+            mid = (lo + top) // 2
+            if self.at(int(grid[mid]), unit_sizes)["hits"] >= min_hits:
+                top = mid
             else:
                 lo = mid + 1
-        return lo
+        return int(grid[lo])
 
 
 def _completion_points(ev, trace, sizes, tokens, oversize) -> _Points:
@@ -140,7 +149,10 @@ def _replay_points(target, trace, sizes, tokens, fifo: bool) -> _Points:
 
 
 def _curve_from_points(pts: _Points, caps: np.ndarray, limit: int) -> Curve:
-    """A curve sampled at up to ``limit`` of ``caps``."""
+    """A curve sampled at up to ``limit`` of ``caps`` (fewer on long traces: every sample is
+    a replay, and the samples together replay at most REPLAY_BUDGET references)."""
+    refs = max(int(pts.ref_bytes.size), 1)
+    limit = int(min(limit, max(MIN_SAMPLES, REPLAY_BUDGET // refs)))
     if caps.size > limit:
         caps = caps[np.unique(np.linspace(0, caps.size - 1, limit).astype(int))]
     got = [pts.at(int(c)) for c in caps]
@@ -219,7 +231,7 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
             if hit is not None and hit > span:
                 return hit
             return pts.smallest(min_hits, span, False)
-        if want_curve and span > 0:
+        if want_curve and span > 0 and trace.ids.size <= REPLAY_CURVE_MAX_REFS:
             low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), 16)
             curve = Curve(*(np.concatenate([a, b]) for a, b in zip(
                 (low.capacity, low.hits, low.hit_bytes, low.hit_tokens, low.full_requests),

@@ -117,8 +117,10 @@ def request_span(trace: Trace, sizes: np.ndarray) -> int:
     """The largest total size of one request's distinct objects."""
     if trace.ids.size == 0:
         return 0
-    pairs = np.unique(np.stack([trace.ref_row, trace.ids], 1), axis=0)
-    return int(np.bincount(pairs[:, 0], weights=sizes[pairs[:, 1]]).max())
+    m = int(trace.ids.max()) + 1
+    pairs = np.sort(trace.ref_row.astype(np.int64) * m + trace.ids)
+    pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
+    return int(np.bincount(pairs // m, weights=sizes[pairs % m]).max())
 
 
 def fifo_flags(trace: Trace, sizes: np.ndarray, capacity: float) -> np.ndarray:
@@ -147,7 +149,14 @@ def set_trace(trace: Trace, sizes: np.ndarray, tokens: np.ndarray
         pos = np.arange(trace.ids.size) - starts[trace.ref_row]
         keys[trace.ref_row, pos] = trace.ids
         keys = keys[rows]
-    _, first, set_ids = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    m = int(trace.ids.max()) + 2
+    if width * np.log2(m) < 62:  # one int64 per set: a 1-D unique (fast)
+        packed = np.zeros(keys.shape[0], np.int64)
+        for k in range(width):
+            packed = packed * m + (keys[:, k] + 1)
+        _, first, set_ids = np.unique(packed, return_index=True, return_inverse=True)
+    else:
+        _, first, set_ids = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     set_ids = set_ids.reshape(-1).astype(np.int64)
     row_bytes = np.bincount(trace.ref_row, weights=sizes[trace.ids], minlength=trace.num_rows)
     row_tokens = np.bincount(trace.ref_row, weights=tokens[trace.ids], minlength=trace.num_rows)
