@@ -241,3 +241,26 @@ def audio_processor_bytes(geom: AudioGeometry, samples: int, sample_rate: int) -
     else:
         frames = mel_frames(geom, samples, sample_rate)
     return frames * geom.n_mels * geom.feature_dtype_bytes + frames * geom.mask_dtype_bytes
+
+
+def video_geometry(family: str, patch_size: int, merge_size: int,
+                   temporal_patch_size: int = 2, min_pixels: int | None = None,
+                   max_pixels: int | None = None) -> VideoGeometry:
+    """The video rule of a model family with its own geometry values.
+
+    ``qwen3-vl`` (Qwen3-VL, Qwen3.5/3.6): the clip budget rule with the shipped video config
+    (4096 / 25165824 pixels) unless given; ``qwen2.5-vl`` / ``qwen2-vl``: the per-frame rule with
+    the image processor's min/max pixels (its video processor reads the same config).
+    """
+    if family.startswith("qwen3"):
+        base = QWEN3_VL
+    elif family.startswith(("qwen2.5-vl", "qwen2-vl")):
+        base = QWEN25_VL
+    else:
+        raise ValueError(f"no video rule for model family {family!r}")
+    return VideoGeometry(
+        family, patch_size, merge_size, temporal_patch_size,
+        base.min_pixels if min_pixels is None or base.clip_budget else min_pixels,
+        base.max_pixels if max_pixels is None or base.clip_budget else max_pixels,
+        base.clip_budget, base.fps, base.min_frames, base.max_frames, base.loader_frames,
+        timestamps=base.timestamps)

@@ -199,3 +199,77 @@ def test_bad_media_input_is_one_line_exit_2(tmp_path, args):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert not list(tmp_path.rglob("*.jsonl")) and not list(tmp_path.rglob("*.mp4"))
+
+
+def test_loader_sends_audio_and_video_parts_as_aiperf(run_cli, tmp_path):
+    from mmdatagen.io.readers import iter_turns
+    from mmdatagen.loadgen.payload import ImageEncoder, user_content
+
+    path = gen(run_cli, "pool", tmp_path / "l.jsonl", "-n", 6, "--pool-size", 2,
+               "--videos-per-request", 1, "--audios-per-request", 1, "--video-format", "webm")
+    encoder = ImageEncoder()
+    bodies = [user_content(t, encoder) for t in iter_turns(path)]
+    assert encoder.encoded == 6  # 2 images, 2 videos, 2 audios: each local file once
+    for row, parts in zip(read_rows(path), bodies):
+        assert [p["type"] for p in parts] == ["text", "image_url", "input_audio", "video_url"]
+        video = Path(row["videos"][0]).read_bytes()
+        assert parts[3]["video_url"]["url"] == \
+            "data:video/webm;base64," + base64.b64encode(video).decode()
+        audio = Path(row["audios"][0]).read_bytes()
+        assert parts[2]["input_audio"] == {"data": base64.b64encode(audio).decode(), "format": "wav"}
+    inline = gen(run_cli, "pool", tmp_path / "i.jsonl", "-n", 2, "--pool-size", 2,
+                 "--videos-per-request", 1, "--audios-per-request", 1, "--delivery", "data-url")
+    for row, turn in zip(read_rows(inline), iter_turns(inline)):
+        parts = user_content(turn, ImageEncoder())
+        assert parts[3]["video_url"]["url"] == row["videos"][0]
+        assert parts[2]["input_audio"]["data"] == row["audios"][0][4:]
+
+
+def test_simulator_prices_video_and_audio_parts():
+    from sim_helpers import MODEL, chat, fast_profile
+
+    from mmdatagen.media_tokens import QWEN2_AUDIO, audio_tokens, video_cost, video_geometry
+    from mmdatagen.sim.protocol import ImageResolver, RequestError, parse_body
+    from mmdatagen.vlm import get_model
+
+    profile = fast_profile()
+    model = get_model(profile.model)
+    resolver = ImageResolver(model, profile)
+    clip = VideoFactory(VideoStyle(frames=12, fps=4), 0).encode(0, 320, 240)
+    wav = AudioFactory(AudioStyle(duration=2.0), 0).encode(0)
+    parts = [{"type": "text", "text": "abcd"},
+             {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(),
+                                                     "format": "wav"}},
+             {"type": "video_url",
+              "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(clip).decode()}}]
+    req = parse_body(orjson.dumps(chat(parts)), "chat", profile, resolver, frozenset({MODEL}))
+    audio, video = req.images
+    geom = video_geometry(model.family, model.patch_size, model.merge_size)
+    cost = video_cost(geom, 12, 4.0, 320, 240)
+    assert video.tokens == cost.tokens and video.prompt_tokens == cost.prompt_tokens
+    assert audio.tokens == audio_tokens(QWEN2_AUDIO, 32000, 16000) == 50
+    assert req.prompt_tokens == 1 + cost.prompt_tokens + 52
+    again = parse_body(orjson.dumps(chat(parts)), "chat", profile, resolver, frozenset({MODEL}))
+    assert [i.key for i in again.images] == [i.key for i in req.images]  # same content, same key
+    for bad in ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
+                {"type": "video_url", "video_url": {"url": "/local/file.mp4"}},
+                {"type": "input_audio", "input_audio": {"data": "!!", "format": "wav"}},
+                {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "ogg"}}):
+        with pytest.raises(RequestError) as info:
+            parse_body(orjson.dumps(chat([bad])), "chat", profile, resolver, frozenset({MODEL}))
+        assert info.value.status == 400
+
+
+def test_bench_and_simulate_run_a_mixed_dataset(run_cli, tmp_path):
+    path = gen(run_cli, "pool", tmp_path / "b.jsonl", "-n", 8, "--pool-size", 2,
+               "--videos-per-request", 1, "--audios-per-request", 1)
+    for cmd in (["bench", "--input-file", path, "--request-count", 8, "--concurrency", 1],
+                ["simulate", path, "--concurrency", 2]):
+        out = tmp_path / cmd[0]
+        result = run_cli(*cmd, "-q", "--output-dir", out)
+        assert result.exit_code == 0, result.output
+        export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
+        assert export["error_summary"] == [] and export["request_count"]["avg"] == 8
+        measured = export["image_cache"]["measured"]
+        assert measured["hits"] + measured["misses"] == 8 * 3
+        assert measured["misses"] == 6  # 2 images, 2 videos, 2 audios, each missed once

@@ -138,7 +138,7 @@ BAD = [
     (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "data:text/plain;base64,aGVsbG8="}}])),
      400, "media type"),
     (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "/etc/passwd"}}])), 400, "URL"),
-    (orjson.dumps(chat([{"type": "input_audio", "input_audio": {}}])), 400, "unsupported content"),
+    (orjson.dumps(chat([{"type": "input_audio", "input_audio": {}}])), 400, "input_audio parts need"),
     (orjson.dumps(chat([{"type": "text"}])), 400, "text"),
     (orjson.dumps(chat([{"type": "image_url", "image_url": {"url": "", "detail": "x"}}])), 400, "uuid"),
     (orjson.dumps(chat("x", max_tokens=0)), 400, "max_tokens"),

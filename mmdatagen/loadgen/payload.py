@@ -2,7 +2,10 @@
 
 Local image files are re-encoded the way AIPerf does (JPEG quality 85 subsampling 0, PNG
 compress_level 6) but only once per distinct file (a byte-bounded LRU), so servers see the same
-bytes AIPerf would send at a fraction of the cost.
+bytes AIPerf would send at a fraction of the cost. Local video files (.mp4/.webm) become
+``data:video/<ext>;base64,...`` of their bytes and local audio files (.wav/.mp3) AIPerf's
+``<fmt>,<base64>`` form, also once per file; parts go out as AIPerf 0.13.0 sends them: texts,
+images, ``input_audio`` ({"data", "format"}), then ``video_url``.
 """
 from __future__ import annotations
 
@@ -90,23 +93,40 @@ class ImageEncoder:
 
     def needs_encoding(self, turn: Turn) -> bool:
         """True when the turn references a local file not yet encoded (encode off the loop)."""
-        for ref in turn.images:
-            if ref and not ref.startswith("data:") and "://" not in ref:
+        for ref in (*turn.images, *turn.videos, *turn.audios):
+            if ref and not ref.startswith("data:") and "://" not in ref and not _inline_audio(ref):
                 if str(resolve_path(ref, self.dataset_dir)) not in self._cache:
                     return True
         return False
 
-    def url(self, ref: str) -> str:
-        """The string to put in ``image_url.url`` for a dataset reference."""
-        if ref.startswith("data:"):  # sent untouched; check the header without copying MBs
+    def video_url(self, ref: str) -> str:
+        """The string to put in ``video_url.url``: data and http(s) URLs untouched, local files
+        as a data URL of their bytes (AIPerf accepts .mp4 and .webm)."""
+        if ref.startswith("data:"):
             comma = ref.find(",", 0, 512)
             if comma < 0 or ";base64" not in ref[:comma]:
                 raise DatasetError(f"malformed data URL (need data:<mime>;base64,...): {ref[:60]}")
             return ref
         if parse_ref(ref).kind != "path":
-            return ref  # http(s) URLs go out untouched; the server fetches
-        path = str(resolve_path(ref, self.dataset_dir))
-        while True:  # encoding runs in worker threads: one encode per file, others wait for it
+            return ref
+        return self._cached(str(resolve_path(ref, self.dataset_dir)), encode_video_file)
+
+    def audio(self, ref: str) -> dict[str, str]:
+        """The ``input_audio`` object: ``<fmt>,<base64>`` and ``data:audio/<fmt>;base64,`` split
+        into format and data, local .wav/.mp3 files read once."""
+        if not _inline_audio(ref) and not ref.startswith("data:"):
+            if "://" in ref:
+                raise DatasetError(f"audio must be inline or a local file, not a URL: {ref[:60]}")
+            ref = self._cached(str(resolve_path(ref, self.dataset_dir)), encode_audio_file)
+        if ref.startswith("data:audio/"):
+            head, _, data = ref.partition(",")
+            return {"data": data, "format": head[len("data:audio/"):].split(";", 1)[0] or "wav"}
+        fmt, _, data = ref.partition(",")
+        return {"data": data, "format": fmt}
+
+    def _cached(self, path: str, encode) -> str:
+        """``encode(Path(path))`` once per path (an LRU bounded by bytes; racing threads wait)."""
+        while True:
             with self._lock:
                 hit = self._cache.get(path)
                 if hit is not None:
@@ -116,9 +136,9 @@ class ImageEncoder:
                 if pending is None:
                     done = self._pending[path] = threading.Event()
                     break
-            pending.wait()  # then re-check: cached now, or encode it here (failed / too big)
+            pending.wait()
         try:
-            url = encode_file(Path(path))
+            url = encode(Path(path))
             with self._lock:
                 self.encoded += 1
                 if len(url) <= self.max_bytes:
@@ -132,6 +152,48 @@ class ImageEncoder:
             with self._lock:
                 self._pending.pop(path, None)
             done.set()
+
+    def url(self, ref: str) -> str:
+        """The string to put in ``image_url.url`` for a dataset reference."""
+        if ref.startswith("data:"):  # sent untouched; check the header without copying MBs
+            comma = ref.find(",", 0, 512)
+            if comma < 0 or ";base64" not in ref[:comma]:
+                raise DatasetError(f"malformed data URL (need data:<mime>;base64,...): {ref[:60]}")
+            return ref
+        if parse_ref(ref).kind != "path":
+            return ref  # http(s) URLs go out untouched; the server fetches
+        # encoding runs in worker threads: one encode per file, others wait for it
+        return self._cached(str(resolve_path(ref, self.dataset_dir)), encode_file)
+
+
+def _inline_audio(ref: str) -> bool:
+    """AIPerf's inline audio form ``wav,<base64>`` / ``mp3,<base64>``."""
+    return ref[:4].lower() in ("wav,", "mp3,")
+
+
+def _read_media(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"{what} file not found: {path}") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def encode_video_file(path: Path) -> str:
+    """A local video as AIPerf sends it: ``data:video/<mp4|webm>;base64,`` of the file bytes."""
+    ext = path.suffix.lower().lstrip(".")
+    if ext not in ("mp4", "webm"):
+        raise DatasetError(f"{path}: only .mp4 and .webm video files are accepted")
+    return f"data:video/{ext};base64,{base64.b64encode(_read_media(path, 'video')).decode('ascii')}"
+
+
+def encode_audio_file(path: Path) -> str:
+    """A local audio file as AIPerf reads it: ``<wav|mp3>,<base64>`` of the file bytes."""
+    ext = path.suffix.lower().lstrip(".")
+    if ext not in ("wav", "mp3"):
+        raise DatasetError(f"{path}: only .wav and .mp3 audio files are accepted")
+    return f"{ext},{base64.b64encode(_read_media(path, 'audio')).decode('ascii')}"
 
 
 def encode_file(path: Path) -> str:
@@ -160,10 +222,11 @@ def encode_file(path: Path) -> str:
 
 
 def user_content(turn: Turn, encoder: ImageEncoder) -> str | list[dict]:
-    """A plain string for one text and no media; else texts first, then images (uuid sibling)."""
+    """A plain string for one text and no media; else texts first, then images (uuid sibling),
+    audios, videos (AIPerf's order)."""
     images = turn.images
     uuids = turn.image_uuids
-    if len(turn.texts) == 1 and not images and not uuids:
+    if len(turn.texts) == 1 and not images and not uuids and not turn.audios and not turn.videos:
         return turn.texts[0]
     parts: list[dict] = [{"type": "text", "text": t} for t in turn.texts]
     if uuids and not images:
@@ -174,6 +237,12 @@ def user_content(turn: Turn, encoder: ImageEncoder) -> str | list[dict]:
         if uuids:
             part["uuid"] = uuids[i]
         parts.append(part)
+    for ref in turn.audios:  # AIPerf skips empty contents
+        if ref:
+            parts.append({"type": "input_audio", "input_audio": encoder.audio(ref)})
+    for ref in turn.videos:
+        if ref:
+            parts.append({"type": "video_url", "video_url": {"url": encoder.video_url(ref)}})
     return parts
 
 
@@ -191,8 +260,6 @@ class BodyConfig:
 def build_body(turn: Turn, cfg: BodyConfig, encoder: ImageEncoder,
                history: list[dict] | None = None) -> dict[str, Any]:
     """The request body dict; ``history`` holds earlier messages of a multi_turn session."""
-    if turn.audios or turn.videos:
-        raise DatasetError("audio and video rows are not supported by mmdatagen bench")
     # key order as AIPerf 0.13.0 sends it: messages, model, stream, max_completion_tokens,
     # --extra-inputs, the row's extra, and stream_options last (unless extras set it)
     body: dict[str, Any] = {}

@@ -16,6 +16,7 @@ from ..errors import DatasetError, UserError
 from ..io.imageref import ImageIdentifier, entry_size
 from ..vlm import VisionModel
 from .engine import SimImage
+from .media import MEDIA_PARTS, media_part
 from .profile import Profile
 
 # Each simulated token is one of these words (one token each in common BPE vocabularies).
@@ -195,6 +196,9 @@ def _part(part: Any, bpt: float, resolver: ImageResolver, images: list[SimImage]
         if not isinstance(url, str) or (uuid is not None and not isinstance(uuid, str)):
             raise RequestError(400, "image_url parts need a string 'url'")
         images.append(resolver.resolve(url, uuid))
+        return 0
+    if ptype in MEDIA_PARTS:  # video_url, input_audio: sim/media.py
+        images.append(media_part(part, ptype, resolver))
         return 0
     raise RequestError(400, f"unsupported content part type {ptype!r}")
 

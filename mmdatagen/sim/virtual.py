@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import DatasetError, UserError
 from ..io.readers import detect_format, iter_turns
 from ..vlm import get_model
 from .engine import Engine, SimImage, SimRequest
+from .media import turn_media
 from .profile import Profile
 from .protocol import ImageResolver, RequestError, check_context, output_target
 
@@ -85,6 +86,11 @@ def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
                   for i, ref in enumerate(t.images)]
         if not t.images and t.image_uuids:
             images = [resolver.resolve("", u) for u in t.image_uuids]
+        if t.audios or t.videos:  # video/audio items: sim/media.py
+            try:
+                images += turn_media(t, resolver)
+            except (RequestError, DatasetError) as exc:
+                raise UserError(f"{path}: {getattr(exc, 'message', exc)}") from None
         text = sum(math.ceil(len(s.encode()) / bpt) for s in t.texts)
         sid = t.session_id
         if sid is None:
