@@ -191,14 +191,21 @@ BAD = [
 
 
 @pytest.mark.parametrize("args", BAD, ids=[" ".join(a) for a in BAD])
-def test_bad_media_input_is_one_line_exit_2(tmp_path, args):
-    proc = run_subprocess(*args, "-n" if args[0] == "pool" else "--users", "2",
-                          "--image-size", "16x16", "--text-tokens", "3", "--tokenizer", "words",
-                          "-o", "d.jsonl", cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+def test_bad_media_input_is_one_line_exit_2(run_cli, tmp_path, args):
+    out = tmp_path / "d.jsonl"
+    result = run_cli(*args, "-n" if args[0] == "pool" else "--users", "2", "--image-size", "16x16",
+                     "--text-tokens", "3", "--tokenizer", "words", "-o", out)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert not list(tmp_path.rglob("*.jsonl")) and not list(tmp_path.rglob("*.mp4"))
+
+
+def test_bad_media_input_from_the_shell(tmp_path):
+    proc = run_subprocess("pool", "--videos-per-request", "1", "--video-fps", "0", "-o", "d.jsonl",
+                          cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --video-fps")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
 def test_loader_sends_audio_and_video_parts_as_aiperf(run_cli, tmp_path):
