@@ -13,6 +13,7 @@ from . import __version__
 from .errors import UserError
 from .lifecycle import EXIT_ENVIRONMENT, EXIT_USER, describe_os_error, install_handlers, \
     interrupt_exit_code, is_environment_error
+from .spec.base import SpecError
 
 # name -> "module:attribute" of a click.Command; each area owns its module in mmdatagen/commands/.
 COMMANDS: dict[str, str] = {
@@ -45,6 +46,9 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except SpecError as exc:  # a library-level field error: name the flag here, at the edge
+            click.echo(f"error: {exc.for_cli()}", err=True)
+            ctx.exit(2)
         except UserError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(EXIT_USER)

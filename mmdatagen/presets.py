@@ -36,6 +36,8 @@ def load_yaml(path: Path) -> dict[str, Any]:
         text = Path(path).read_text("utf-8")
     except OSError as exc:
         raise UserError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"config {path} is not a text (UTF-8 YAML) file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

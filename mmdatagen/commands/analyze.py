@@ -10,6 +10,9 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
+from ..spec.cache import AnalyzeModel
+from ..spec.cli import make, options
+from ..spec.workload import PoolWorkload, SlidingWindowWorkload
 
 GIB = 1 << 30
 POOL_DEFAULTS = {"num_requests": 1000, "pool_size": 200, "images_per_request": 1,
@@ -43,7 +46,9 @@ def _numbers(values: tuple[str, ...], kind: type, name: str) -> list:
                     out += [kind(round(lo + i * step, 9)) for i in range(max(count, 0))]
                 else:
                     out.append(kind(item))
-            except ValueError:
+                if not all(math.isfinite(v) for v in out[-1:]):
+                    raise ValueError
+            except (ValueError, OverflowError):
                 raise UserError(f"bad {name} value {item!r}; expected a number, a list 1,2,4 or a "
                                 "range start:stop[:step]") from None
     if any(v < 0 for v in out):
@@ -131,8 +136,12 @@ def _plans(workload: str, opts: dict) -> Iterator[tuple[dict, object]]:
     total = math.prod(len(v) for v in axes.values())
     if total > 10_000:
         raise UserError(f"the sweep has {total:,} workloads; at most 10,000")
+    spec_cls = PoolWorkload if workload == "pool" else SlidingWindowWorkload
     for combo in itertools.product(*axes.values()):
         args = dict(zip(axes, combo))
+        if args.get("target_reuse") is not None and not opts["pool_size"]:
+            args.pop("pool_size", None)
+        make(spec_cls, {**args, **fixed})  # the generators' checks: ranges, conflicts, sizes
         yield {k: args[k] for k in swept}, fn(**args, **fixed)
 
 
@@ -160,8 +169,7 @@ def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: d
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--model", default="qwen3-vl-30b-a3b", show_default=True,
               help="Registry name, alias or Hugging Face id (see mmdatagen/data/models.json).")
-@click.option("--tokens-per-image", type=int, help="Generic model: fixed tokens per image.")
-@click.option("--bytes-per-token", type=int, help="Generic model: cache bytes per token.")
+@options(AnalyzeModel)
 @click.option("--real-width", is_flag=True,
               help="Count the real stored width (DeepStack x4 for Qwen3-VL), not Dynamo's accounting.")
 @click.option("--cache-gb", multiple=True, metavar="GIB",
@@ -174,9 +182,6 @@ def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: d
 @click.option("--insert", type=click.Choice(["schedule", "completion"]), default="schedule",
               show_default=True, help="Entries present from scheduling (in-flight duplicates hit) "
               "or only after the request completes (in-flight duplicates miss).")
-@click.option("--in-flight", type=int, default=1, show_default=True,
-              help="Requests (file order) or sessions (--dispatch sessions) in flight; they complete "
-              "first-in first-out.")
 @click.option("--dispatch", type=click.Choice(["file", "sessions"]), default="file",
               show_default=True, help="File order, or AIPerf's causal session replay (a session's "
               "next row only after its previous completes).")
@@ -238,6 +243,8 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     from ..analysis.report import format_report, format_sweep, plot_curve, to_json, write_curve
     from ..analysis.trace import trace_from_plan
 
+    make(AnalyzeModel, {"tokens_per_image": tokens_per_image, "bytes_per_token": bytes_per_token,
+                        "in_flight": in_flight})
     if preset:
         workload = _apply_preset(click.get_current_context(), preset, workload, plan_opts)
     if (dataset is None) == (workload is None):

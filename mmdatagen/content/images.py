@@ -17,6 +17,7 @@ from PIL import Image, ImageDraw, ImageOps
 
 from .. import rng
 from ..errors import UserError
+from ..spec.base import SpecError
 from .png import encode_png_stored, png_chunk
 
 CONTENTS = ("noise", "photo", "solid", "folder", "hf")
@@ -68,7 +69,7 @@ class ImageStyle:
 def folder_files(folder: str | None) -> tuple[Path, ...]:
     """Image files of a user folder, sorted by name (a UserError when there are none)."""
     if not folder:
-        raise UserError("--image-content folder needs --image-folder-source DIR")
+        raise SpecError("image_source_dir", "is required for image content 'folder'")
     return _folder_files(str(folder))
 
 

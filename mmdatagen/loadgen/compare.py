@@ -147,3 +147,22 @@ def chart(table: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, with_chart: bool
+                     ) -> tuple[str, list[Path]]:
+    """comparison.md / .json (/ .png) in ``out``; returns the plain table and the files."""
+    from ..io.atomic import atomic_write_bytes
+
+    table = compare(a, b, labels)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {out}: {exc.strerror}") from None
+    atomic_write_bytes(out / "comparison.md", markdown(table).encode())
+    atomic_write_bytes(out / "comparison.json", orjson.dumps(table, option=orjson.OPT_INDENT_2))
+    written = [out / "comparison.md", out / "comparison.json"]
+    if with_chart:
+        chart(table, out / "comparison.png")
+        written.append(out / "comparison.png")
+    return plain(table), written

@@ -85,23 +85,18 @@ class BenchResult:
     table: str
 
 
-def _validate(cfg: BenchConfig) -> None:
+def validate_config(cfg: BenchConfig) -> None:
+    """Checks that need the resolved config (the spec layer has checked every number)."""
     if not Path(cfg.input_file).is_file():
         raise UserError(f"input file not found: {cfg.input_file}")
-    if cfg.concurrency is not None and cfg.concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
-    if cfg.request_count is not None and cfg.request_count < 1:
-        raise UserError("--request-count must be at least 1")
-    if cfg.warmup_request_count < 0:
-        raise UserError("--warmup-request-count must be >= 0")
-    if cfg.request_rate is not None and cfg.request_rate <= 0:
-        raise UserError("--request-rate must be positive")
-    if cfg.benchmark_duration is not None and cfg.benchmark_duration <= 0:
-        raise UserError("--benchmark-duration must be positive")
-    if cfg.time_scale <= 0:
-        raise UserError("--time-scale must be positive")
-    if cfg.request_timeout <= 0:
-        raise UserError("--request-timeout must be positive")
+    from ..spec.base import check_values
+    from ..spec.load import Load
+
+    check_values(Load, concurrency=cfg.concurrency, request_count=cfg.request_count,
+                 warmup_request_count=cfg.warmup_request_count, request_rate=cfg.request_rate,
+                 benchmark_duration=cfg.benchmark_duration, time_scale=cfg.time_scale,
+                 request_timeout=cfg.request_timeout, grace_period=cfg.grace_period,
+                 seed=cfg.seed)
     if cfg.max_response_bytes < 1024:
         raise UserError("--max-response-mb must be at least 0.001 (1 KiB)")
     if cfg.endpoint_type not in ENDPOINT_PATHS:
@@ -360,7 +355,7 @@ def _run_loop(coro):
 
 def check_config(cfg: BenchConfig) -> None:
     """Every check ``run_bench`` makes before it starts anything (``ab`` checks both runs first)."""
-    _validate(cfg)
+    validate_config(cfg)
     if not cfg.url:
         from ..sim.profile import load_profile
 
@@ -371,7 +366,7 @@ def check_config(cfg: BenchConfig) -> None:
 
 def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run one benchmark (starting the embedded simulator when ``cfg.url`` is None)."""
-    _validate(cfg)
+    validate_config(cfg)
     if cfg.url:
         return _run_loop(_run_async(cfg, cfg.url))
     from ..sim.embedded import EmbeddedServer

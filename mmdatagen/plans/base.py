@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UserError
+from ..spec.base import SpecError
 
 
 @dataclass
@@ -64,9 +64,9 @@ class Plan:
 def shard_range(total: int, shard_index: int, num_shards: int) -> range:
     """Contiguous item range of one shard; shards in order cover ``range(total)`` exactly."""
     if num_shards < 1:
-        raise UserError("--num-shards must be at least 1")
+        raise SpecError("num_shards", "must be at least 1")
     if not 0 <= shard_index < num_shards:
-        raise UserError(f"--shard-index must be in 0..{num_shards - 1}")
+        raise SpecError("shard_index", f"must be in 0..{num_shards - 1}")
     start = total * shard_index // num_shards
     stop = total * (shard_index + 1) // num_shards
     return range(start, stop)
@@ -76,4 +76,4 @@ def require_positive(**values: int) -> None:
     """One-line error for any count that is zero or negative."""
     for name, value in values.items():
         if value is None or value <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+            raise SpecError(name, f"must be a positive integer, got {value}")

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import rng
 from ..errors import UserError
+from ..spec.base import SpecError
 from .sizes import parse_sizes
 
 MODALITIES = ("video", "audio")
@@ -41,10 +42,11 @@ def check_counts(**counts: int) -> None:
     """Every per-request count (by flag name) zero or positive, and at least one in all."""
     for name, value in counts.items():
         if value is None or value < 0:
-            raise UserError(f"--{name.replace('_', '-')} must be zero or positive, got {value}")
+            raise SpecError(name, f"must be zero or positive, got {value}")
     if sum(counts.values()) == 0:
-        names = ", ".join("--" + n.replace("_", "-") for n in counts)
-        raise UserError(f"{names} add up to 0: a request needs at least one image, video or audio")
+        first, *rest = counts
+        raise SpecError(first, f"and {', '.join(rest)} add up to 0: a request needs at least "
+                        "one image, video or audio")
 
 
 def video_media(ids: np.ndarray, num_items: int, video_size: str | list, seed: int) -> MediaPlan:

@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import rng
 from ..errors import UserError
+from ..spec.base import SpecError
 from .base import Plan, require_positive
 from .media import MediaPlan, check_counts, video_media
 from .sizes import assign_sizes, parse_sizes
@@ -15,22 +16,37 @@ REUSE_PATTERNS = ("first-pass-unique", "uniform", "zipf", "cyclic")
 def pool_size_for_reuse(num_requests: int, images_per_request: int, reuse: float) -> int:
     """Pool size whose first-pass-unique plan reaches a best-possible hit rate of ``reuse``."""
     if not 0.0 <= reuse < 1.0:
-        raise UserError(f"--target-reuse must be in [0, 1), got {reuse}")
+        raise SpecError("target_reuse", f"must be in [0, 1), got {reuse}")
     refs = num_requests * images_per_request
     return max(images_per_request, round(refs * (1.0 - reuse)))
+
+
+#: Rejection rounds before the draw switches to the exact conditional distribution (weights of
+#: the ids already in the row set to zero): the same distribution, and a bounded loop even when
+#: a steep Zipf puts almost all the weight on a few ids.
+REJECTION_ROUNDS = 16
 
 
 def _distinct_draws(gen: np.random.Generator, n: int, k: int, p: np.ndarray | None,
                     forced: list[int]) -> list[int]:
     """k distinct ids: ``forced`` first, the rest drawn from n (weights p) excluding repeats."""
     row = list(forced)
-    while len(row) < k:
+    for _ in range(REJECTION_ROUNDS):
+        if len(row) >= k:
+            return row
         need = k - len(row)
         for c in gen.choice(n, size=need * 2 + 2, p=p).tolist():
             if c not in row:
                 row.append(c)
                 if len(row) == k:
                     break
+    while len(row) < k:  # at most k rounds: each adds one id of positive remaining weight
+        q = np.ones(n) if p is None else p.copy()
+        q[row] = 0.0
+        if q.sum() <= 0.0:  # weights underflowed to zero: the rest uniformly
+            q = np.ones(n)
+            q[row] = 0.0
+        row.append(int(gen.choice(n, p=q / q.sum())))
     return row
 
 
@@ -69,17 +85,18 @@ def pool_ids(gen: np.random.Generator, rows: int, n: int, k: int, reuse: str,
 
 
 def _check_pool(name: str, per_request: int, pool_size: int | None) -> None:
+    field = f"{name.replace('-', '_')}pool_size"
     if per_request and (pool_size is None or pool_size <= 0):
-        raise UserError(f"--{name}pool-size must be a positive integer, got {pool_size}")
+        raise SpecError(field, f"must be a positive integer, got {pool_size}")
     if per_request > (pool_size or 0):
         what, item = (name.rstrip("-") + "s", name.rstrip("-")) if name else ("images", "image")
-        raise UserError(f"--{what}-per-request ({per_request}) exceeds --{name}pool-size "
+        raise SpecError(f"{what}_per_request", f"({per_request}) exceeds the {item} pool size "
                         f"({pool_size}); a row never repeats an {item}")
 
 
 def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_request: int = 1,
               reuse: str = "first-pass-unique", zipf_exponent: float = 1.0,
-              target_reuse: float | None = None, image_size: str | list = "512x512",
+              target_reuse: float | None = None, image_size: str | list = "640x480",
               seed: int = 0, videos_per_request: int = 0, audios_per_request: int = 0,
               video_pool_size: int | None = None, audio_pool_size: int | None = None,
               video_size: str | list = "640x360") -> Plan:
@@ -104,8 +121,8 @@ def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_
     _check_pool("audio-", audios_per_request, audio_pool_size)
     if reuse not in REUSE_PATTERNS:
         raise UserError(f"unknown reuse pattern {reuse!r}; choose from {', '.join(REUSE_PATTERNS)}")
-    if reuse == "zipf" and zipf_exponent <= 0:
-        raise UserError("--zipf-exponent must be positive")
+    if reuse == "zipf" and not 0 < zipf_exponent < float("inf"):
+        raise SpecError("zipf_exponent", "must be a positive finite number")
     n, k, rows = pool_size, images_per_request, num_requests
     ids = pool_ids(rng.rng_for(seed, rng.PLAN), rows, n, k, reuse, zipf_exponent)
     widths, heights = assign_sizes(n if k else 0, parse_sizes(image_size), seed)

@@ -22,12 +22,15 @@ def parse_sizes(spec: str | list) -> list[tuple[int, int, float]]:
         if not m:
             raise UserError(f"bad image size {item!r}; expected WxH or WxH:weight, e.g. 2400x1080")
         w, h = int(m.group(1)), int(m.group(2))
-        weight = float(m.group(3)) if m.group(3) else 1.0
+        try:
+            weight = float(m.group(3)) if m.group(3) else 1.0
+        except ValueError:
+            raise UserError(f"bad image size weight in {item!r}") from None
         if not (1 <= w <= MAX_SIDE and 1 <= h <= MAX_SIDE) or w * h > MAX_PIXELS:
             raise UserError(f"image size {w}x{h} is out of range (sides 1..{MAX_SIDE}, "
                             f"at most {MAX_PIXELS} pixels)")
-        if weight <= 0:
-            raise UserError(f"image size weight must be positive in {item!r}")
+        if not 0 < weight < float("inf"):
+            raise UserError(f"image size weight must be a positive finite number in {item!r}")
         out.append((w, h, weight))
     if not out:
         raise UserError("no image size given")

@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import rng
 from ..errors import UserError
+from ..spec.base import SpecError
 from .base import Plan, require_positive
 from .media import MediaPlan, check_counts, video_media
 from .sizes import assign_sizes, parse_sizes
@@ -48,13 +49,13 @@ def sliding_window_plan(users: int = 30, turns: int = 8, window: int = 5, stride
     check_counts(window=window, videos_per_request=videos_per_request,
                  audios_per_request=audios_per_request)
     if stride < 0:
-        raise UserError(f"--stride must be zero or positive, got {stride}")
+        raise SpecError("stride", f"must be zero or positive, got {stride}")
     if order not in ORDERS:
         raise UserError(f"unknown order {order!r}; choose from {', '.join(ORDERS)}")
     if text_sharing not in TEXT_SHARING:
         raise UserError(f"unknown text sharing {text_sharing!r}; choose from {', '.join(TEXT_SHARING)}")
     if not 0.0 <= shared_fraction <= 1.0:
-        raise UserError(f"--shared-fraction must be in [0, 1], got {shared_fraction}")
+        raise SpecError("shared_fraction", f"must be in [0, 1], got {shared_fraction}")
     ids, num_images = window_ids(users, turns, window, stride, round(shared_fraction * window))
 
     user = np.repeat(np.arange(users), turns)          # canonical (user, turn) order

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..errors import UserError
+from ..spec.base import SpecError
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,11 @@ class FaultConfig:
                      "malformed_rate"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise UserError(f"--fault-{name.replace('_', '-')} must be in [0, 1], got {v}")
+                raise SpecError(f"fault_{name}", f"must be in [0, 1], got {v}")
         if not 400 <= self.error_status <= 599:
-            raise UserError(f"--fault-error-status must be 4xx or 5xx, got {self.error_status}")
-        if self.stall_ms < 0:
-            raise UserError("--fault-stall-ms must not be negative")
+            raise SpecError("fault_error_status", f"must be 4xx or 5xx, got {self.error_status}")
+        if not 0 <= self.stall_ms < float("inf"):
+            raise SpecError("fault_stall_ms", "must be a finite number >= 0")
         return self
 
     @property

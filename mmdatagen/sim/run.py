@@ -99,3 +99,13 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
     except ImportError:
         runner = asyncio.run
     runner(serve_forever(sim, host, port, ready_file))
+
+
+def serve_spec(server, engine, cache, faults) -> None:  # spec.sim.Server/Engine, SimCache, Faults
+    """``mmdatagen serve``: build the simulator from its specs and run it until stopped."""
+    from .study import load_engine_profile
+
+    prof = load_engine_profile(engine, cache)
+    sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale, faults.config().validate(),
+                    server.api_key, tuple(server.served_model_name))
+    run(sim, server.host, server.port, server.ready_file)

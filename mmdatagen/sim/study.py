@@ -1,0 +1,141 @@
+"""The library call behind ``mmdatagen simulate``: specs -> virtual run(s) -> export or sweep."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..spec.base import SpecError
+from ..spec.cache import SimCache, SweepCache
+from ..spec.sim import Engine, VirtualRun
+from .profile import Profile
+
+RATE_DEFAULT_CAP = 1024
+
+
+def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
+    """The named profile with the spec's overrides applied (validated)."""
+    from .profile import load_profile
+
+    return load_profile(engine.profile).with_overrides(
+        key_mode=cache.key_mode, register=cache.register, max_running=engine.max_running,
+        token_budget=engine.token_budget)
+
+
+def workers_for(concurrency: int | None, request_rate: float | None) -> int:
+    """Sessions in flight: as given, else 1 (closed loop) or the paced cap."""
+    if concurrency is not None:
+        return concurrency
+    return RATE_DEFAULT_CAP if request_rate else 1
+
+
+def output_policy(extra: dict[str, Any]):  # -> virtual.OutputPolicy
+    """max_tokens / min_tokens / ignore_eos from the parsed ``--extra-inputs``."""
+    from .virtual import OutputPolicy
+
+    max_tokens = _opt_int(extra, "max_completion_tokens") or _opt_int(extra, "max_tokens")
+    return OutputPolicy(max_tokens, _opt_int(extra, "min_tokens") or 0,
+                        bool(extra.get("ignore_eos", False)))
+
+
+def _opt_int(extra: dict, key: str) -> int | None:
+    v = extra.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "min_tokens" else 0):
+        raise UserError(f"--extra-inputs {key} must be a positive integer")
+    return v
+
+
+def sweep_sizes(text: str) -> list[float]:
+    """``0,0.5,10`` -> sizes in GiB (finite, >= 0)."""
+    import math
+
+    try:
+        sizes = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError("sweep_cache_gb", f"expects numbers like 0,0.5,10, got {text!r}") from None
+    if not sizes or any(not math.isfinite(x) or x < 0 for x in sizes):
+        raise SpecError("sweep_cache_gb", "needs one or more finite sizes >= 0")
+    return sizes
+
+
+@dataclass
+class Study:
+    """One virtual run's export (and what the console shows), or a sweep's rows."""
+
+    export: dict | None = None
+    cache: dict | None = None
+    sweep: list[dict] | None = None
+    profile: str = ""
+
+
+def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
+                     run: VirtualRun) -> Study:
+    """Run ``simulate``: the export of one virtual run, or one row per swept cache size."""
+    from ..loadgen.payload import parse_extra_inputs
+
+    prof = load_engine_profile(engine, cache)
+    if not Path(dataset).is_file():
+        raise UserError(f"dataset {dataset} does not exist")
+    extra = parse_extra_inputs(run.extra_inputs)
+    concurrency = workers_for(run.concurrency, run.request_rate)
+    kw = dict(concurrency=concurrency, warmup_count=run.warmup_request_count,
+              policy=output_policy(extra), streaming=run.streaming,
+              request_rate=run.request_rate, arrival=run.arrival, seed=run.seed)
+    if sweep.sweep_cache_gb is not None:
+        return Study(sweep=_sweep(Path(dataset), prof, sweep_sizes(sweep.sweep_cache_gb),
+                                  run, kw), profile=prof.name)
+    return _one(Path(dataset), prof, cache, run, extra, concurrency, kw)
+
+
+def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: dict,
+         concurrency: int, kw: dict) -> Study:
+    from ..metrics import build_export, write_exports
+    from .virtual import run_simulation
+
+    res = run_simulation(dataset, prof, cache.embedding_cache_gb, concurrency, run.request_count,
+                         run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
+                         run.arrival, run.seed)
+    counters = res.engine.cache.counters()
+    config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
+              "embedding_cache_gb": cache.embedding_cache_gb, "key_mode": prof.key_mode,
+              "register": prof.register, "concurrency": concurrency,
+              "request_rate": run.request_rate,
+              "arrival": run.arrival if run.request_rate else None,
+              "request_count": run.request_count,
+              "warmup_request_count": run.warmup_request_count,
+              "extra_inputs": extra, "streaming": run.streaming}
+    export = build_export(res.records, input_config=config,
+                          run_info={"simulated": True, "clock": "virtual",
+                                    "note": "mmdatagen simulator: a performance model",
+                                    "embedding_cache": counters, "engine_steps": res.engine.steps})
+    if run.output_dir is not None:
+        write_exports(Path(run.output_dir), res.records, export)
+    return Study(export=export, cache=counters, profile=prof.name)
+
+
+def _sweep(dataset: Path, prof: Profile, sizes: list[float], run: VirtualRun, kw: dict
+           ) -> list[dict]:
+    import orjson
+
+    from ..io.atomic import atomic_open
+    from .virtual import load_turns, sweep_cache
+
+    turns = load_turns(dataset, prof)
+    rows = sweep_cache(turns, prof, sizes, request_count=run.request_count or len(turns),
+                       wrap=run.request_count is not None, **kw)
+    if run.output_dir is not None:
+        Path(run.output_dir).mkdir(parents=True, exist_ok=True)
+        with atomic_open(Path(run.output_dir) / "sweep.json", "wb") as fh:
+            fh.write(orjson.dumps({"profile": prof.name, "dataset": str(dataset), "rows": rows},
+                                  option=orjson.OPT_INDENT_2))
+    return rows
+
+
+def cache_line(cache: dict) -> str:
+    q = max(1, cache["queries"])
+    return (f"embedding cache: {cache['hits']}/{cache['queries']} hits "
+            f"({cache['hits'] / q:.1%}), {cache['evictions']} evictions, {cache['entries']} "
+            "entries held (simulated)")

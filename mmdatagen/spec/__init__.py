@@ -1,0 +1,12 @@
+"""Typed specs behind every command: one declaration per option (flag, help, default, bounds).
+
+- ``base``: the machinery (:func:`option`, :func:`spec`, :func:`validate`, :class:`SpecError`).
+- ``cli``: Click options generated from specs, ``--config`` presets, flag-named errors.
+- ``workload``, ``content``: the generators; ``load``: ``bench``/``ab``; ``sim``: ``serve`` and
+  ``simulate``; ``cache``: cache capacity and keying (owned by the lead engineer).
+
+Library code takes the frozen dataclasses; only ``cli`` imports Click.
+"""
+from .base import SpecError, build, option, spec, validate
+
+__all__ = ["SpecError", "build", "option", "spec", "validate"]
