@@ -66,12 +66,16 @@ def ab(**v: Any) -> None:
 
 def _parse_sim_args(args: list[str]) -> None:
     """A run's simulator arguments, parsed as ``serve`` parses them (before anything starts)."""
+    from ..spec.cache import SimCache
+    from ..spec.sim import Engine, Faults, Server
     from .serve import serve
 
     try:
-        serve.make_context("serve", list(args), resilient_parsing=False)
+        params = serve.make_context("serve", list(args), resilient_parsing=False).params
     except click.ClickException as exc:
         raise UserError(f"simulator argument: {exc.format_message()}") from None
+    for cls in (Server, Engine, SimCache, Faults):
+        make(cls, params)
 
 
 def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool,
