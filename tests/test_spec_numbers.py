@@ -16,7 +16,8 @@ from mmdatagen.spec.cli import SpecOption
 
 # what a command needs besides the option under test to get as far as checking it
 REQUIRED = {"bench": ["--input-file", "missing.jsonl"], "ab": ["--input-file", "missing.jsonl"],
-            "simulate": ["missing.jsonl"], "compare": ["a", "b"]}
+            "simulate": ["missing.jsonl"], "compare": ["a", "b"],
+            "sweep": ["--input-file", "missing.jsonl"]}
 
 
 def _commands() -> dict[str, click.Command]:
@@ -42,7 +43,7 @@ NUMERIC = _numeric()
 def test_every_numeric_option_is_declared_in_a_spec():
     loose = [f"{name} {p.opts[-1]}" for name, p in NUMERIC if not isinstance(p, SpecOption)]
     assert not loose, f"numeric options outside the spec layer: {loose}"
-    assert len(NUMERIC) > 40  # the generators, serve, simulate, bench, ab, analyze
+    assert len(NUMERIC) > 40  # the generators, serve, simulate, bench, ab, analyze, sweep
 
 
 def _bad_values(param: SpecOption) -> list[str]:

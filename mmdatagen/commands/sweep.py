@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
+from ..spec.cli import make, options
+from ..spec.load import Load, Repeats
 
 _SLO_TOKEN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:[0-9.eE+-]+$")
 
@@ -77,33 +79,30 @@ def write_report(rep, out_dir: Path, quiet: bool, png: bool = False) -> None:
               help="Comma list of simulator embedding-cache GiB (default 10; simulator only).")
 @click.option("--sim-param", "sim_params", multiple=True, metavar="FIELD=V1,V2",
               help="Sweep a simulator profile field, e.g. max_running=32,52; repeatable.")
-@click.option("--repeats", type=int, default=3, show_default=True,
-              help="Runs per point; metrics are reported as mean ± 95 % CI (Student t).")
-@click.option("--request-count", type=int, default=None,
-              help="Profiling requests per run (default: one pass over the dataset).")
-@click.option("--warmup-request-count", type=int, default=0, show_default=True)
+@options(Repeats)
+@options(Load, only=("request_count", "warmup_request_count"),
+         help={"request_count": "Profiling requests per run (default: one pass over the "
+                                "dataset)."})
 @click.option("--extra-inputs", multiple=True, help="KEY:VALUE merged into every body.")
 @click.option("--streaming/--no-streaming", default=True, show_default=True,
               help="Stream (needed for TTFT and ITL).")
 @click.option("--arrival", type=click.Choice(["poisson", "constant"]), default="poisson",
               show_default=True)
-@click.option("--request-timeout", type=float, default=600.0, show_default=True)
+@options(Load, only=("request_timeout",))
 @click.option("-H", "--header", "headers", multiple=True, help="K:V request header; repeatable.")
 @click.option("--api-key", envvar="MMDATAGEN_API_KEY", default=None, show_envvar=True)
 @click.option("--endpoint-type", type=click.Choice(["chat", "completions"]), default="chat",
               show_default=True)
 @click.option("--profile", default="qwen3-vl-30b-gb200", show_default=True,
               help="Simulator profile (no --url).")
-@click.option("--time-scale", type=float, default=1.0, show_default=True,
-              help="Embedded simulator time scale.")
+@options(Load, only=("time_scale",))
 @click.option("--sim-arg", "sim_args", multiple=True, help="Extra 'mmdatagen serve' argument.")
 @click.option("--http-client", type=click.Choice(["raw", "aiohttp"]), default="raw",
               show_default=True)
-@click.option("--random-seed", "seed", type=int, default=0, show_default=True,
-              help="Repeat k uses seed + k - 1 (arrivals, random_pool draws).")
+@options(Load, only=("seed",), help={"seed": "Repeat k uses seed + k - 1 (arrivals, "
+                                            "random_pool draws)."})
 @click.option("--no-predict", is_flag=True, help="Skip the predicted cache hits.")
-@click.option("--metrics-interval", type=float, default=1.0, show_default=True,
-              help="Seconds between /metrics scrapes during each run.")
+@options(Load, only=("metrics_interval",))
 @goodput_option
 @report_options
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("artifacts/sweep"),
@@ -121,14 +120,16 @@ def sweep(input_file, dataset_type, model, url, virtual, concurrency, request_ra
     from ..loadgen.run import BenchConfig
     from ..loadgen.sweep import SweepConfig, parse_grid, run_sweep, sweep_table
 
+    make(Repeats, {"repeats": repeats})
+    make(Load, {"request_count": request_count, "warmup_request_count": warmup_request_count,
+                "request_timeout": request_timeout, "time_scale": time_scale, "seed": seed,
+                "metrics_interval": metrics_interval})
     if model is None:
         if url:
             raise UserError("--model is required with --url")
         from ..sim.profile import load_profile
 
         model = load_profile(profile).served_model_name
-    if request_count is not None and request_count < 1:
-        raise UserError("--request-count must be at least 1")
     if metrics_interval <= 0:
         raise UserError("--metrics-interval must be positive")
     grid = parse_grid(concurrency, request_rate, cache_gb, sim_params)

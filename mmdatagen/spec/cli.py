@@ -37,15 +37,20 @@ class SpecOption(click.Option):
 
 
 def options(*classes: type, defaults: Mapping[str, Any] | None = None,
-            skip: Iterable[str] = (), help: Mapping[str, str] | None = None) -> Decorator:
+            skip: Iterable[str] = (), help: Mapping[str, str] | None = None,
+            only: Iterable[str] | None = None) -> Decorator:
     """One Click option per field of ``classes`` (declaration order).
 
     ``defaults`` overrides a field's default for this command (shown in ``--help``); ``skip``
-    leaves fields out; ``help`` replaces a field's help for this command.
+    leaves fields out (``only`` keeps just the named ones); ``help`` replaces a field's help
+    for this command.
     """
     defaults = dict(defaults or {})
     helps = dict(help or {})
     skipped = set(skip)
+    if only is not None:
+        kept = set(only)
+        skipped |= {f.name for cls in classes for f, _ in opts_of(cls) if f.name not in kept}
     decorators = [_click_option(f, opt, defaults.get(f.name, f.default), helps.get(f.name, opt.help))
                   for cls in classes for f, opt in opts_of(cls) if f.name not in skipped]
 

@@ -84,6 +84,14 @@ class Load:
 
 
 @spec
+class Repeats:
+    """``sweep``: runs per grid point."""
+
+    repeats: int = option(3, "--repeats", "Runs per point; metrics are reported as mean ± 95 % "
+                          "CI (Student t).", min=1, max=1000)
+
+
+@spec
 class BenchTarget:
     """``bench``: where the requests go and where the exports land."""
 
