@@ -181,6 +181,12 @@ def test_virtual_sweep_writes_json_csv_report_and_resumes(tmp_path, run_cli):
     assert "Sweep table" in html and "Pareto" in html and "Hit rate against cache size" in html
     assert "<script src" not in html and "http://" not in html and "https://" not in html
     assert "Concurrency" not in res.output and "Output TPS" in res.output
+    page = inspect_page(out / "report.html", """JSON.stringify(Array.from(
+        document.querySelectorAll('td[data-metric="output_token_throughput"]')).map(
+        td => parseFloat(td.dataset.value)))""")
+    assert page["errors"] == []
+    assert orjson.loads(page["value"]) == pytest.approx(
+        [p["summary"]["output_token_throughput"]["mean"] for p in doc["points"]])
     # resumable: every run's export exists, nothing runs again
     res2 = run_cli(*args)
     assert res2.exit_code == 0

@@ -300,7 +300,10 @@ def sweep_report(doc: dict, representatives: dict[str, dict] | None = None) -> R
     head = ["Point", *params, *[c[1] for c in present]]
     rows = []
     for p in points:
-        tds = "".join(cell(p["params"].get(k), f"param.{k}", 3) for k in params)
+        tds = "".join(
+            f'<td data-metric="param.{escape(k)}" data-value="{v!r}">{v:g}</td>'
+            if isinstance(v := p["params"].get(k), float) else cell(v, f"param.{k}")
+            for k in params)
         for key, _, digits in present:
             s = p["summary"].get(key) or {}
             m, half = s.get("mean"), s.get("ci95_half")
@@ -327,7 +330,8 @@ def sweep_report(doc: dict, representatives: dict[str, dict] | None = None) -> R
              "no other point beats on both throughput and TTFT.")
     rep.add_figures("Hit rate against cache size", [F.cache_size_figure(points)],
                     note="Measured: the simulator's/server's hits over the profiling requests; "
-                         "predicted: the exact LRU replay of the same requests.")
+                         "predicted: each run's prediction (the loader's replay of the requests "
+                         "it sent; with --virtual, mmdatagen analyze's LRU in file order).")
     representatives = representatives or {}
     reps = [(p["name"], representatives[p["name"]]) for p in points
             if representatives.get(p["name"])]
