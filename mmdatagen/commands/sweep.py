@@ -20,7 +20,10 @@ class GoodputOption(click.Option):
     def add_to_parser(self, parser, ctx):
         super().add_to_parser(parser, ctx)
         for name in self.opts:
-            opt = parser._long_opt.get(name) or parser._short_opt.get(name)
+            # click's parser keeps its options here (8.x); without them the flag still takes
+            # one NAME:VALUE per use (repeat --goodput), which parse_slos also accepts
+            opt = (getattr(parser, "_long_opt", {}).get(name)
+                   or getattr(parser, "_short_opt", {}).get(name))
             if opt is None:
                 continue
             prev = opt.process
