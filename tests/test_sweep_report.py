@@ -219,6 +219,30 @@ def test_embedded_sweep_fresh_server_per_run(tmp_path, run_cli):
     assert (out / "profiles" / "concurrency-2_max_running-1.yaml").is_file()
 
 
+def test_url_sweep_on_a_server_without_metrics_says_so_once(tmp_path):
+    """--url: the server as it is; no /metrics is fine, said once for the whole sweep."""
+    import subprocess
+    import sys
+
+    from test_loadgen_helpers import Stub
+
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": f"q{i}"} for i in range(6)])
+    with Stub() as stub:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mmdatagen", "sweep", "--input-file", str(data), "--url",
+             stub.url, "--model", "ok", "--concurrency", "1,2", "--repeats", "2",
+             "--extra-inputs", "max_tokens:3", "--goodput", "e2el:60000", "--output-dir",
+             str(tmp_path / "sw")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("server metrics not collected") == 1
+    doc = orjson.loads((tmp_path / "sw" / "sweep.json").read_bytes())
+    assert doc["target"].startswith(stub.url) and "not reset" in doc["target"]
+    runs = [r for p in doc["points"] for r in p["runs"]]
+    assert len(runs) == 4 and all(r["request_count"] == 6 and r["good_request_count"] == 6
+                                  for r in runs)
+    assert "± " in proc.stdout  # means with confidence intervals
+
+
 @pytest.mark.parametrize("args,message", [
     (["--concurrency", "1,x"], "comma-separated"),
     (["--concurrency", "0"], "at least 1"),

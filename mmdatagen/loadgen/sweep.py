@@ -297,6 +297,7 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] | None = None) -> dic
     memo: dict = {}
     doc_points = []
     reps: dict[str, dict] = {}
+    no_metrics: list[str] = []  # said once per sweep
     k = 0
     for params in points:
         name = point_name(params)
@@ -328,6 +329,10 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] | None = None) -> dic
                     if export.get("was_cancelled"):
                         raise UserError(f"{name} repeat {r} was interrupted; partial exports in "
                                         f"{run_dir} (run the sweep again to resume)")
+            series = export.get("server_metrics_timeseries")
+            if isinstance(series, dict) and not series.get("available") and not no_metrics:
+                no_metrics.append(series.get("reason"))
+                log(f"note: server metrics not collected: {series.get('reason')}")
             if r == 1:
                 reps[name] = export
             runs.append({"repeat": r, "dir": str(run_dir), "resumed": resumed, "seed": bc.seed,
