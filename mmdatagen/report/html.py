@@ -30,7 +30,7 @@ td,th{border:1px solid #ddd;padding:4px 8px;text-align:right}th{background:#f5f5
 td:first-child,th:first-child{text-align:left}.grid{stroke:#eee}.axis{stroke:#888}
 .frame{fill:none;stroke:#bbb}.ct{font-size:13px;font-weight:600}.tk{font-size:10px;fill:#555}
 .al{font-size:11px;fill:#333}.lg{font-size:10.5px;fill:#333}.charts{display:flex;flex-wrap:wrap;
-gap:8px}.note{color:#666;font-size:12px}.pos{color:#1a7f37}.neg{color:#b42318}
+gap:8px}.note{color:#666;font-size:12px}
 """
 # One small script: marks the page as rendered (the browser test checks it ran without errors)
 # and lets a click on a table header sort that table.
@@ -176,8 +176,7 @@ def _summary_rows(runs: list[tuple[str, dict]], delta: bool) -> str:
         if delta:
             a, b = vals
             d = (a - b) / b * 100 if a is not None and b not in (None, 0) else None
-            cls = "" if d is None else ("pos" if d >= 0 else "neg")
-            tds += cell(d, "delta", 1, cls)
+            tds += cell(d, "delta", 1)
         rows.append(f"<tr><td>{escape(label)}</td>{tds}</tr>")
     for key, label in (("predicted", "Image cache hit rate, predicted (%)"),
                        ("measured", "Image cache hit rate, measured by headers (%)"),
