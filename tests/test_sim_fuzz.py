@@ -16,14 +16,18 @@ IMG = png_url(size=(40, 30))
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
-    | st.text(max_size=20) | st.sampled_from([IMG, "data:image/png;base64,xx", "https://a/b", ""]),
+    | st.text(max_size=20) | st.sampled_from([IMG, "data:image/png;base64,xx", "https://a/b", "",
+                                              "data:video/mp4;base64,AAAA", "wav", "UklGRg=="]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["type", "text", "image_url", "url", "uuid", "role", "content"]),
+        st.sampled_from(["type", "text", "image_url", "url", "uuid", "role", "content", "data",
+                         "format"]),
         inner, max_size=4),
     max_leaves=12)
 
-parts = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", "video_url", 3])},
+parts = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", "video_url",
+                                                       "input_audio", 3])},
                               optional={"text": json_values, "image_url": json_values,
+                                        "video_url": json_values, "input_audio": json_values,
                                         "uuid": json_values})
 bodies = st.fixed_dictionaries(
     {"model": st.sampled_from([MODEL, "other", 5, None])},

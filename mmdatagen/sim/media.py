@@ -37,6 +37,7 @@ class MediaResolver:
                                    model.temporal_patch_size, model.min_pixels, model.max_pixels) \
             if model.tokens_per_image is None else None
         self._memo: dict[Any, tuple[int, int, int]] = {}
+        self._strings: dict[bytes, tuple[tuple, tuple[int, int, int]]] = {}  # by reference hash
         self._memo_size = memo_size
 
     def _size(self, tokens: int, prompt: int, processor: int) -> tuple[int, int, int]:
@@ -66,6 +67,9 @@ class MediaResolver:
         if self.geom is None:
             raise self.error(400, f"model {self.model.name} has no video geometry")
         remote = url.startswith(("http://", "https://"))
+        seen = self._strings.get(blake3.blake3(url.encode()).digest())
+        if seen is not None:  # the same reference string again: no base64 decoding, no hashing
+            return sim_image(self._key(seen[0], url, uuid), *seen[1], remote)
         if remote:
             key, info = ("ref", url), REMOTE_VIDEO
         elif url.startswith("data:video/") or (self.dataset_dir is not None and "://" not in url):
@@ -93,6 +97,9 @@ class MediaResolver:
                 raise self.error(400, f"video rejected: {exc}") from None
             sized = self._size(cost.tokens, cost.prompt_tokens, cost.processor_bytes)
             self._remember(key, sized)
+        if not remote and "://" not in url and not url.startswith("data:"):
+            return sim_image(self._key(key, url, uuid), *sized, remote)  # files may change
+        self._remember_string(url, key, sized)
         return sim_image(self._key(key, url, uuid), *sized, remote)
 
     def audio(self, part: dict, sim_image) -> Any:
@@ -101,6 +108,9 @@ class MediaResolver:
                 or not isinstance(ia.get("format"), str):
             raise self.error(400, "input_audio parts need string 'data' and 'format'")
         fmt = ia["format"].lower()
+        seen = self._strings.get(blake3.blake3((fmt + "," + ia["data"]).encode()).digest())
+        if seen is not None:
+            return sim_image(self._key(seen[0], "", part.get("uuid")), *seen[1], False)
         try:
             data = decode_b64(ia["data"], "input_audio.data")
             key = ("audio", blake3.blake3(data).hexdigest())
@@ -113,12 +123,18 @@ class MediaResolver:
                 self._remember(key, sized)
         except DatasetError as exc:
             raise self.error(400, f"invalid audio: {exc}") from None
+        self._remember_string(fmt + "," + ia["data"], key, sized)
         return sim_image(self._key(key, "", part.get("uuid")), *sized, False)
 
     def _remember(self, key: tuple, sized: tuple[int, int, int]) -> None:
         if len(self._memo) >= self._memo_size:
             self._memo.clear()
         self._memo[key] = sized
+
+    def _remember_string(self, text: str, key: tuple, sized: tuple[int, int, int]) -> None:
+        if len(self._strings) >= self._memo_size:
+            self._strings.clear()
+        self._strings[blake3.blake3(text.encode()).digest()] = (key, sized)
 
 
 def media_part(part: dict, ptype: str, resolver) -> Any:
