@@ -27,6 +27,7 @@ from mmdatagen.media_tokens import (
     sampled_frames,
     timestamps,
     video_cost,
+    video_geometry,
     video_grid,
 )
 
@@ -126,3 +127,36 @@ def test_audio_resampling_omni_and_cache_bytes():
     assert audio_tokens(QWEN25_OMNI_AUDIO, 60 * 16000, 16000) == 1500  # no 30 s window
     assert audio_processor_bytes(QWEN2_AUDIO, 16000, 16000) == 3000 * 128 * 4 + 3000 * 4
     assert audio_processor_bytes(QWEN25_OMNI_AUDIO, 16000, 16000) == 100 * 128 * 4 + 100 * 4
+
+
+def test_media_reuse_one_cache_for_every_modality(tmp_path):
+    from click.testing import CliRunner
+
+    from mmdatagen.caches import get_target
+    from mmdatagen.cli import cli
+    from mmdatagen.io.manifest import read_manifest
+    from mmdatagen.media_reuse import media_reuse
+    from mmdatagen.vlm import get_model
+
+    out = tmp_path / "d.jsonl"
+    result = CliRunner().invoke(cli, ["pool", "-n", "12", "--pool-size", "3",
+                                      "--videos-per-request", "1", "--audios-per-request", "1",
+                                      "--image-size", "32x24", "--video-size", "64x48",
+                                      "--video-frames", "4", "--audio-duration", "0.5",
+                                      "--text-tokens", "4", "--tokenizer", "words", "-q",
+                                      "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(out)
+    model = get_model("qwen3-vl-30b-a3b")
+    big = get_target("vllm-processor")
+    reuse = media_reuse(manifest, model, big, big.capacity(4))
+    for modality in ("image", "video", "audio"):
+        r = reuse.by_modality[modality]
+        assert (r.references, r.distinct, r.hits) == (12, 3, 9)  # only compulsory misses
+    video = manifest.media["video"]["items"][0]
+    cost = video_cost(video_geometry(model.family, model.patch_size, model.merge_size),
+                      4, video["fps"], 64, 48)
+    assert reuse.by_modality["video"].tokens_referenced == 12 * cost.tokens
+    assert reuse.by_modality["video"].bytes_referenced == 12 * cost.processor_bytes
+    tiny = media_reuse(manifest, model, big, 1)  # nothing fits: no hits anywhere
+    assert tiny.total.hits == 0 and tiny.total.references == 36
