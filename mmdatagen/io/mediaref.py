@@ -10,8 +10,16 @@ import binascii
 import io
 import wave
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import blake3
 
 from ..errors import DatasetError
+from ..media_tokens import QWEN2_AUDIO, audio_processor_bytes, audio_tokens, video_cost, \
+    video_geometry
+
+REMOTE_VIDEO = (16, 2.0, 640, 360)  # frames, fps, width, height assumed for http(s) videos
 
 
 @dataclass(frozen=True)
@@ -84,3 +92,125 @@ def audio_info(data: bytes, fmt: str) -> AudioInfo:
             return AudioInfo(samples, stream.sample_rate, stream.channels)
     except Exception as exc:  # noqa: BLE001
         raise DatasetError(f"cannot read the mp3 audio: {type(exc).__name__}") from None
+
+
+class MediaResolver:
+    """``video_url`` / ``input_audio`` parts -> ``make(key, tokens, prompt tokens, entry size,
+    remote)``, sized for one model and cache target (the simulator's SimImage; the loader's
+    prediction can use the same), memoised by content hash and by reference string. Bad input
+    raises ``error(400, message)``."""
+
+    def __init__(self, model, target, error: type[Exception], memo_size: int = 4096,
+                 dataset_dir: Path | None = None) -> None:
+        self.model, self.target, self.error = model, target, error
+        self.dataset_dir = dataset_dir  # local files allowed (virtual runs) when set
+        self.geom = video_geometry(model.family, model.patch_size, model.merge_size,
+                                   model.temporal_patch_size, model.min_pixels, model.max_pixels) \
+            if model.tokens_per_image is None else None
+        self._memo: dict[Any, tuple[int, int, int]] = {}
+        self._strings: dict[bytes, tuple[tuple, tuple[int, int, int]]] = {}  # by reference hash
+        self._memo_size = memo_size
+
+    def _size(self, tokens: int, prompt: int, processor: int) -> tuple[int, int, int]:
+        entry = self.target.entry
+        if entry == "processor":
+            nbytes = processor
+        elif entry == "tokens":
+            nbytes = tokens
+        else:
+            nbytes = tokens * self.model.bytes_per_token
+        return tokens, prompt, nbytes
+
+    def _key(self, content_key: tuple, ref: str, uuid: str | None) -> tuple:
+        mode = self.target.key
+        if mode == "uuid" and uuid:
+            return ("uuid", uuid)
+        if mode == "reference" and ref:
+            return ("ref", ref)
+        return content_key
+
+    def video(self, part: dict, make) -> Any:
+        vu = part.get("video_url")
+        url = vu.get("url") if isinstance(vu, dict) else vu
+        uuid = part.get("uuid")
+        if not isinstance(url, str) or not url or (uuid is not None and not isinstance(uuid, str)):
+            raise self.error(400, "video_url parts need a non-empty string 'url'")
+        if self.geom is None:
+            raise self.error(400, f"model {self.model.name} has no video geometry")
+        remote = url.startswith(("http://", "https://"))
+        seen = self._strings.get(blake3.blake3(url.encode()).digest())
+        if seen is not None:  # the same reference string again: no base64 decoding, no hashing
+            return make(self._key(seen[0], url, uuid), *seen[1], remote)
+        if remote:
+            key, info = ("ref", url), REMOTE_VIDEO
+        elif url.startswith("data:video/") or (self.dataset_dir is not None and "://" not in url):
+            try:
+                data = decode_video_url(url) if url.startswith("data:") else \
+                    read_local(url, self.dataset_dir)
+            except DatasetError as exc:
+                raise self.error(400, f"invalid video: {exc}") from None
+            key = ("video", blake3.blake3(data).hexdigest())
+            info = None
+        else:
+            raise self.error(400, "video_url.url must be a data:video/ URL or an http(s) URL")
+        sized = self._memo.get(key)
+        if sized is None:
+            if info is None:
+                try:
+                    v = video_info(data)
+                except DatasetError as exc:
+                    raise self.error(400, f"invalid video: {exc}") from None
+                info = (v.frames, v.fps, v.width, v.height)
+            frames, fps, w, h = info
+            try:
+                cost = video_cost(self.geom, frames, fps, w, h)
+            except ValueError as exc:
+                raise self.error(400, f"video rejected: {exc}") from None
+            sized = self._size(cost.tokens, cost.prompt_tokens, cost.processor_bytes)
+            self._remember(key, sized)
+        if not remote and "://" not in url and not url.startswith("data:"):
+            return make(self._key(key, url, uuid), *sized, remote)  # files may change
+        self._remember_string(url, key, sized)
+        return make(self._key(key, url, uuid), *sized, remote)
+
+    def audio(self, part: dict, make) -> Any:
+        ia = part.get("input_audio")
+        if not isinstance(ia, dict) or not isinstance(ia.get("data"), str) \
+                or not isinstance(ia.get("format"), str):
+            raise self.error(400, "input_audio parts need string 'data' and 'format'")
+        fmt = ia["format"].lower()
+        seen = self._strings.get(blake3.blake3((fmt + "," + ia["data"]).encode()).digest())
+        if seen is not None:
+            return make(self._key(seen[0], "", part.get("uuid")), *seen[1], False)
+        try:
+            data = decode_b64(ia["data"], "input_audio.data")
+            key = ("audio", blake3.blake3(data).hexdigest())
+            sized = self._memo.get(key)
+            if sized is None:
+                a = audio_info(data, fmt)
+                tokens = audio_tokens(QWEN2_AUDIO, a.samples, a.sample_rate)
+                sized = self._size(tokens, tokens + QWEN2_AUDIO.marker_tokens,
+                                   audio_processor_bytes(QWEN2_AUDIO, a.samples, a.sample_rate))
+                self._remember(key, sized)
+        except DatasetError as exc:
+            raise self.error(400, f"invalid audio: {exc}") from None
+        self._remember_string(fmt + "," + ia["data"], key, sized)
+        return make(self._key(key, "", part.get("uuid")), *sized, False)
+
+    def _remember(self, key: tuple, sized: tuple[int, int, int]) -> None:
+        if len(self._memo) >= self._memo_size:
+            self._memo.clear()
+        self._memo[key] = sized
+
+    def _remember_string(self, text: str, key: tuple, sized: tuple[int, int, int]) -> None:
+        if len(self._strings) >= self._memo_size:
+            self._strings.clear()
+        self._strings[blake3.blake3(text.encode()).digest()] = (key, sized)
+
+
+def read_local(ref: str, folder: Path) -> bytes:
+    path = Path(ref) if Path(ref).is_absolute() else folder / ref
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
