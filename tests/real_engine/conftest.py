@@ -72,7 +72,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.write_line(
                 f"{r['workload']} | {r['concurrency']} | {r['processor_cache_bytes']} | "
                 f"{r['references']} | {r['reference_hits']} / {r['reference_hits_server_order']} | "
-                f"{r['bench_predicted_hits']} | "
+                f"{r['bench_predicted_hits']} ({r.get('bench_predicted_cache')}) | "
                 f"{r['engine_hits']} | {r['encoder_runs']} ({r['reference_encoder_runs']})")
 
 
