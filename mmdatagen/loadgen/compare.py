@@ -70,6 +70,18 @@ def delta_pct(a: float | None, b: float | None) -> float | None:
     return (a - b) / b * 100.0
 
 
+def _cache_value(export: dict, key: str, stat: str) -> float | None:
+    """A cache number of a run: measured from the simulator's per-request headers, else from
+    the server's own counters (``/metrics`` deltas: vLLM, Dynamo), so a simulator run and a
+    real engine's run of one workload line up."""
+    cache = export.get("image_cache") or {}
+    block = cache.get(key) or {}
+    if key == "measured" and block.get(stat) is None:
+        block = cache.get("server_metrics") or {}
+    value = block.get(stat)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def compare(a: dict, b: dict, labels: tuple[str, str]) -> dict[str, Any]:
     """Rows of (metric, A, B, delta %) plus cache hit rates when both runs measured them."""
     rows = []
@@ -82,11 +94,15 @@ def compare(a: dict, b: dict, labels: tuple[str, str]) -> dict[str, Any]:
             va, vb = _value(a, tag, "avg"), _value(b, tag, "avg")
             rows.append({"metric": label, "tag": tag, "stat": "avg", "a": va, "b": vb,
                          "delta_pct": delta_pct(va, vb)})
-    ha = ((a.get("image_cache") or {}).get("measured") or {}).get("hit_rate")
-    hb = ((b.get("image_cache") or {}).get("measured") or {}).get("hit_rate")
-    if ha is not None or hb is not None:
-        rows.append({"metric": "Image cache hit rate (%)", "tag": "image_cache", "stat": "hit_rate",
-                     "a": None if ha is None else ha * 100, "b": None if hb is None else hb * 100,
+    for label, key, stat in (("Image cache hits, predicted", "predicted", "hits"),
+                             ("Image cache hits, measured", "measured", "hits"),
+                             ("Image cache hit rate (%)", "measured", "hit_rate")):
+        va, vb = _cache_value(a, key, stat), _cache_value(b, key, stat)
+        if va is None and vb is None:
+            continue
+        if stat == "hit_rate":
+            va, vb = (None if v is None else v * 100 for v in (va, vb))
+        rows.append({"metric": label, "tag": "image_cache", "stat": stat, "a": va, "b": vb,
                      "delta_pct": None})
     return {"labels": list(labels), "rows": rows}
 
