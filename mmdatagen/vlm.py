@@ -229,8 +229,8 @@ def resolve_model(name: str | None = None, path: str | Path | None = None,
         base = VisionModel(name=name or "custom", hidden_size=int(geometry["hidden_size"]),
                            family="custom")
     elif name:
-        raise UserError(f"model {name!r} is not in the registry and is not a local folder: give "
-                        "--model-path DIR (config.json + preprocessor_config.json) or the "
+        raise UserError(f"unknown model {name!r} (not in the registry, not a local folder): "
+                        "give --model-path DIR (config.json + preprocessor_config.json) or the "
                         "geometry (--patch-size, --merge-size, --hidden-size, ...); known: "
                         f"{', '.join(model_names())}")
     else:

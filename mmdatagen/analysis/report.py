@@ -29,11 +29,32 @@ def _mib(b: float) -> str:
     return f"{b / (1 << 20):.2f} MiB"
 
 
+def _size(x: int | None, unit: str) -> str:
+    """A capacity in the entry unit (bytes or tokens), in the target's own unit."""
+    if x is None:
+        return "not reached"
+    if unit == "tokens":
+        return f"{x:,} tokens"
+    if unit == "MiB":
+        return f"{x / (1 << 20):,.1f} MiB"
+    return _gib(x)
+
+
+def _spread(c: dict) -> str:
+    sp = c.get("spread")
+    if not sp:
+        return ""
+    return f"  [{_pct(sp['min'])} .. {_pct(sp['max'])}, median {_pct(sp['median'])}]"
+
+
 def format_report(a: Analysis) -> str:
     """The human-readable report of one analysis."""
     s = a.summary
     sem = s["semantics"]
     eb = s["entry_bytes"]
+    cache = s.get("cache") or {"target": "dynamo-embedding", "unit": "GiB", "flag": ""}
+    unit = cache["unit"]
+    entry = (lambda b: f"{b:,.0f} tokens") if unit == "tokens" else _mib
     origin = ""
     if s["info"].get("manifest") is True:
         origin = " (from its manifest; no image read)"
@@ -43,14 +64,19 @@ def format_report(a: Analysis) -> str:
         f"source                 {s['source']}{origin}",
         f"model                  {s['model']['name']} ({s['model']['bytes_per_token']:,} B/token"
         f"{', DeepStack real width' if s['model']['real_width'] else ''}); entries "
-        + (f"{_mib(eb['min'])}" if eb["min"] == eb["max"] else
-           f"{_mib(eb['min'])} .. {_mib(eb['max'])} (mean {_mib(eb['mean'])})"),
+        + (f"{entry(eb['min'])}" if eb["min"] == eb["max"] else
+           f"{entry(eb['min'])} .. {entry(eb['max'])} (mean {entry(eb['mean'])})"),
+        f"cache                  {cache['target']} ({cache.get('engine', '')}; capacity in "
+        f"{unit}: {cache.get('flag', '')})",
         f"cache semantics        key {sem['key']}, insert at {sem['insert']}, oversize "
         f"{sem['oversize']}, dispatch {sem['dispatch']}"
         + (f", {sem['in_flight']} in flight" if sem["in_flight"] else ""),
+        f"method                 {sem.get('method', 'one-pass stack curve (exact)')}",
+        f"concurrency model      {sem.get('concurrency_model', 'file order')}",
         f"requests               {s['requests']:,} ({s['requests_with_images']:,} with images)",
         f"image references       {s['references']:,}",
-        f"distinct images        {s['distinct_images']:,} ({_gib(s['distinct_bytes'])} of entries)",
+        f"distinct images        {s['distinct_images']:,} ({_size(s['distinct_bytes'], unit)} of "
+        "entries)",
         f"compulsory misses      {s['compulsory_misses']:,}"
         + (f" ({s['unbounded_misses']:,} misses with an unbounded cache: in-flight duplicates)"
            if s["unbounded_misses"] != s["compulsory_misses"] else ""),
@@ -68,18 +94,22 @@ def format_report(a: Analysis) -> str:
                       f"{'all-hit req':>11} {'tokens saved':>14}"]
         for c in s["capacities"]:
             if c["capacity_bytes"] is not None:
-                cap = f"{c['capacity_gib']:g} GiB"
+                cap = (f"{c['capacity_gib']:g} GiB" if unit == "GiB" else
+                       f"{c.get('capacity', 0):,.0f} tokens" if unit == "tokens" else
+                       f"{c.get('capacity', 0):g} {unit}")
                 held = f"{int(c['capacity_bytes'] // eb['mean']):,}" if eb["mean"] else "-"
             else:
                 cap, held = f"{c['capacity_images']:,} images", f"{c['capacity_images']:,}"
             lines.append(f"{cap:>16} {held:>9} {_pct(c['hit_rate']):>9} "
                          f"{_pct(c['byte_hit_rate']):>9} {_pct(c['full_request_rate']):>11} "
-                         f"{c['tokens_saved']:>14,}")
+                         f"{c['tokens_saved']:>14,}{_spread(c)}")
+        if any(c.get("spread") for c in s["capacities"]):
+            lines.append("[spread of the hit rate over completion orders: min .. max, median]")
     lines.append("")
     for t in s["thresholds"]:
         imgs = "not reached" if t["capacity_images"] is None else f"{t['capacity_images']:,} images"
         lines.append(f"{100 * t['fraction_of_best']:g} % of best ({t['hits']:,} hits) needs "
-                     f"{_gib(t['capacity_bytes'])} or {imgs}")
+                     f"{_size(t['capacity_bytes'], unit)} or {imgs}")
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from ..spec.cache import AnalyzeModel
+from ..spec.cache import AnalyzeModel, Geometry
 from ..spec.cli import make, options
 from ..spec.workload import PoolWorkload, SlidingWindowWorkload
 
@@ -65,14 +65,15 @@ def _size(value: str | None) -> tuple[int, int] | None:
     return w, h
 
 
-def _model(name: str, tokens_per_image: int | None, bytes_per_token: int | None):
-    from ..vlm import generic_model, get_model
+def _model(name: str, tokens_per_image: int | None, bytes_per_token: int | None,
+           geometry: Geometry):
+    from ..vlm import generic_model, resolve_model
 
     if tokens_per_image is not None or bytes_per_token is not None:
         if tokens_per_image is None or bytes_per_token is None:
             raise UserError("--tokens-per-image and --bytes-per-token go together")
         return generic_model(tokens_per_image, bytes_per_token)
-    return get_model(name)
+    return resolve_model(name, geometry.model_path, **geometry.values())
 
 
 def _progress(total: int | None, quiet: bool):
@@ -169,25 +170,28 @@ def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: d
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--model", default="qwen3-vl-30b-a3b", show_default=True,
               help="Registry name, alias or Hugging Face id (see mmdatagen/data/models.json).")
-@options(AnalyzeModel)
+@options(AnalyzeModel, Geometry)
 @click.option("--real-width", is_flag=True,
               help="Count the real stored width (DeepStack x4 for Qwen3-VL), not Dynamo's accounting.")
 @click.option("--cache-gb", multiple=True, metavar="GIB",
               help="Capacity in GiB (2^30 B, as Dynamo's --multimodal-embedding-cache-capacity-gb); repeat, list (1,4,10) or range start:stop[:step] (inclusive).")
+@click.option("--cache-size", multiple=True, metavar="SIZE",
+              help="Capacity in the --cache target's own unit (GiB, MiB for sglang-vlm, tokens "
+              "for vllm-encoder); same forms as --cache-gb.")
 @click.option("--cache-images", multiple=True, metavar="N",
               help="Capacity in entries (an LRU counting images); same forms as --cache-gb.")
-@click.option("--key", type=click.Choice(["bytes", "pixels", "reference", "uuid"]), default="bytes",
-              show_default=True, help="Image identity: encoded bytes (vLLM), pixels (Dynamo "
-              "aggregated), reference string (Dynamo disaggregated), image_uuids (else bytes).")
-@click.option("--insert", type=click.Choice(["schedule", "completion"]), default="schedule",
-              show_default=True, help="Entries present from scheduling (in-flight duplicates hit) "
-              "or only after the request completes (in-flight duplicates miss).")
+@click.option("--key", type=click.Choice(["bytes", "pixels", "reference", "uuid"]), default=None,
+              help="Image identity: encoded bytes, pixels (Dynamo aggregated), reference string "
+              "(Dynamo disaggregated), image_uuids else bytes (vLLM). Default: the target's.")
+@click.option("--insert", type=click.Choice(["schedule", "completion"]), default=None,
+              help="Entries present from scheduling (in-flight duplicates hit) or only after the "
+              "request completes (in-flight duplicates miss). Default: the target's.")
 @click.option("--dispatch", type=click.Choice(["file", "sessions"]), default="file",
               show_default=True, help="File order, or AIPerf's causal session replay (a session's "
               "next row only after its previous completes).")
-@click.option("--oversize", type=click.Choice(["bypass", "flush"]), default="bypass",
-              show_default=True, help="An entry larger than the cache: skipped (Dynamo) or "
-              "evicts everything and is not stored (SGLang).")
+@click.option("--oversize", type=click.Choice(["bypass", "flush"]), default=None,
+              help="An entry larger than the cache: skipped (Dynamo, vLLM) or evicts everything "
+              "and is not stored (SGLang). Default: the target's.")
 @click.option("--url-image-size", metavar="WxH",
               help="Dimensions to assume for http(s) URLs and uuid-only references.")
 @click.option("--format", "fmt", type=click.Choice(["auto", "single_turn", "multi_turn"]),
@@ -224,8 +228,8 @@ def _apply_preset(ctx: click.Context, preset: str, workload: str | None, opts: d
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--force", "-f", is_flag=True, help="Overwrite an existing --curve / --plot file.")
 def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
-            bytes_per_token: int | None, real_width: bool, cache_gb: tuple, cache_images: tuple,
-            key: str, insert: str, in_flight: int, dispatch: str, oversize: str,
+            bytes_per_token: int | None, real_width: bool, cache_gb: tuple, cache_size: tuple,
+            cache_images: tuple, key: str | None, insert: str | None, in_flight: int, dispatch: str, oversize: str,
             url_image_size: str | None, fmt: str, no_manifest: bool, workload: str | None,
             preset: str | None, curve_path: Path | None, plot_path: Path | None, as_json: bool, quiet: bool,
             force: bool, **plan_opts) -> None:
@@ -243,8 +247,10 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     from ..analysis.report import format_report, format_sweep, plot_curve, to_json, write_curve
     from ..analysis.trace import trace_from_plan
 
-    make(AnalyzeModel, {"tokens_per_image": tokens_per_image, "bytes_per_token": bytes_per_token,
-                        "in_flight": in_flight})
+    target = make(AnalyzeModel, {"tokens_per_image": tokens_per_image,
+                                 "bytes_per_token": bytes_per_token, "in_flight": in_flight,
+                                 "cache": plan_opts.pop("cache")}).cache
+    geometry = make(Geometry, {k: plan_opts.pop(k) for k in Geometry.__dataclass_fields__})
     if preset:
         workload = _apply_preset(click.get_current_context(), preset, workload, plan_opts)
     if (dataset is None) == (workload is None):
@@ -253,11 +259,16 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
         given = [k for k in (*POOL_ONLY, *SW_ONLY, "image_size", "seed") if plan_opts[k]]
         if given:
             raise UserError(f"--{given[0].replace('_', '-')} applies to --workload, not to a dataset")
-    vm = _model(model, tokens_per_image, bytes_per_token)
+    vm = _model(model, tokens_per_image, bytes_per_token, geometry)
     sem = Semantics(oversize=oversize, insert=insert, in_flight=in_flight, dispatch=dispatch,
-                    real_width=real_width)
+                    real_width=real_width, target=target)
     sem.check()
+    unit = sem.cache().unit
+    if cache_gb and unit != "GiB":
+        raise UserError(f"--cache {target} counts {unit}: give its capacity with --cache-size")
     caps_bytes = [int(round(g * GIB)) for g in _numbers(cache_gb, float, "--cache-gb")]
+    caps_bytes += [sem.cache().capacity(x) for x in _numbers(cache_size, float, "--cache-size")]
+    key = key or sem.cache().key
     caps_images = _numbers(cache_images, int, "--cache-images")
     unknown = _size(url_image_size)
 

@@ -7,14 +7,14 @@ from typing import Any
 import click
 
 from ..errors import UserError
-from ..spec.cache import AbCache, BenchCache
+from ..spec.cache import AbCache, BenchCache, Geometry
 from ..spec.cli import make, options
 from ..spec.load import AB_DEFAULTS, AbRuns, BenchTarget, Load
 from .sweep import goodput_option, report_options, write_report
 
 
 @click.command()
-@options(Load, BenchTarget, BenchCache)
+@options(Load, BenchTarget, BenchCache, Geometry)
 @goodput_option
 @report_options
 def bench(**v: Any) -> None:
@@ -23,8 +23,10 @@ def bench(**v: Any) -> None:
     from ..loadgen.setup import bench_config, goodput_line
 
     load, target = make(Load, v), make(BenchTarget, v)
-    cfg = bench_config(load, url=target.url, cache_gb=make(BenchCache, v).cache_gb,
-                       output_dir=target.output_dir, goodput=v["goodput"])
+    cache = make(BenchCache, v)
+    cfg = bench_config(load, url=target.url, cache_gb=cache.cache_gb,
+                       output_dir=target.output_dir, goodput=v["goodput"], cache=cache.cache,
+                       geometry=make(Geometry, v))
     result = run_bench(cfg)
     if not load.quiet:
         click.echo(result.table)

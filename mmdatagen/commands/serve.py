@@ -6,23 +6,24 @@ from typing import Any
 
 import click
 
-from ..spec.cache import SimCache, SweepCache
+from ..spec.cache import Geometry, SimCache, SweepCache
 from ..spec.cli import make, options
 from ..spec.sim import Engine, Faults, Server, VirtualRun
 
 
 @click.command()
-@options(Server, Engine, SimCache, Faults)
+@options(Server, Engine, SimCache, Geometry, Faults)
 def serve(**v: Any) -> None:
     """Serve an OpenAI-compatible VLM serving SIMULATOR (a performance model, not a language model)."""
     from ..sim.run import serve_spec
 
-    serve_spec(make(Server, v), make(Engine, v), make(SimCache, v), make(Faults, v))
+    serve_spec(make(Server, v), make(Engine, v), make(SimCache, v), make(Faults, v),
+               make(Geometry, v))
 
 
 @click.command()
 @click.argument("dataset", type=click.Path(path_type=Path))
-@options(Engine, SimCache, VirtualRun, SweepCache)
+@options(Engine, SimCache, Geometry, VirtualRun, SweepCache)
 def simulate(dataset: Path, **v: Any) -> None:
     """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
@@ -31,7 +32,8 @@ def simulate(dataset: Path, **v: Any) -> None:
     from ..sim.virtual import sweep_table
 
     run = make(VirtualRun, v)
-    study = simulate_dataset(dataset, make(Engine, v), make(SimCache, v), make(SweepCache, v), run)
+    study = simulate_dataset(dataset, make(Engine, v), make(SimCache, v), make(SweepCache, v), run,
+                             make(Geometry, v))
     if run.quiet:
         return
     if study.sweep is not None:

@@ -151,9 +151,11 @@ class ImageTracker:
                 "order": how, "per_request_hits": per_req}
 
 
-def prediction_setup(cfg: Any, encoder: Any) -> tuple[ImageTracker | None, str | None]:
-    """The tracker for a bench run, or why there is none. A model outside the registry needs
-    its geometry (a local folder or flags): the run goes on, but says so on stderr at once."""
+def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
+                     ) -> tuple[ImageTracker | None, str | None]:
+    """The tracker for a bench run, or why there is none. The embedded simulator's cache is
+    its profile's running the asked target; a model outside the registry needs its geometry
+    (a local folder or flags): the run goes on, but says so on stderr at once."""
     import sys
 
     from ..caches import get_target
@@ -161,14 +163,37 @@ def prediction_setup(cfg: Any, encoder: Any) -> tuple[ImageTracker | None, str |
 
     if not cfg.predict:
         return None, "prediction off (--no-predict)"
-    target = get_target(cfg.cache)
+    geometry = cfg.geometry or {}
     try:
-        model = resolve_model(cfg.model, cfg.model_path, **(cfg.geometry or {}))
+        if embedded:
+            from ..sim.profile import load_profile
+
+            prof = load_profile(cfg.profile)
+            prof = prof.for_cache(cfg.cache if cfg.cache_explicit else None)
+            target = prof.cache_target()
+            model = resolve_model(prof.model, cfg.model_path, **geometry)
+        else:
+            target = get_target(cfg.cache)
+            model = resolve_model(cfg.model, cfg.model_path, **geometry)
     except UserError as exc:
         note = f"no cache prediction: {exc}"
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
     return ImageTracker(model, target, cfg.cache_gb, encoder), None
+
+
+def embedded_cache_args(cfg: Any) -> list[str]:
+    """``serve`` arguments that make the embedded simulator run the asked target and geometry."""
+    args: list[str] = []
+    if cfg.cache_explicit:
+        args += ["--cache", cfg.cache]
+    if cfg.model_path:
+        args += ["--model-path", str(cfg.model_path)]
+    for key, value in (cfg.geometry or {}).items():
+        if key == "dtype_bytes":
+            key, value = "dtype", {1: "fp8", 2: "bfloat16", 4: "float32"}[value]
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
 
 
 def prediction_result(tracker: ImageTracker | None, note: str | None, records: list,

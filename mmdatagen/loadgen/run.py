@@ -19,7 +19,7 @@ from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .failures import DEFAULT_MAX_RESPONSE_BYTES
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
-from .predict import fetch_timeline, prediction_result, prediction_setup
+from .predict import embedded_cache_args, fetch_timeline, prediction_result, prediction_setup
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.I)
@@ -50,6 +50,7 @@ class BenchConfig:
     profile: str = "qwen3-vl-30b-gb200"
     cache_gb: float = 10.0  # capacity of the cache target, in its own unit (GiB, MiB, tokens)
     cache: str = "dynamo-embedding"
+    cache_explicit: bool = False  # --cache given (the embedded simulator then runs it)
     model_path: str | None = None
     geometry: dict[str, int] = field(default_factory=dict)
     sim_args: list[str] = field(default_factory=list)
@@ -267,7 +268,7 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     ctx = Context(client=client, path=target.path_for(ENDPOINT_PATHS[cfg.endpoint_type]),
                   body_cfg=body_cfg, encoder=encoder, source=source, sched=sched,
                   multi_turn=fmt == "multi_turn")
-    tracker, note = prediction_setup(cfg, encoder)
+    tracker, note = prediction_setup(cfg, encoder, embedded)
     if tracker is not None:
         ctx.on_start = tracker.on_start
 
@@ -371,7 +372,8 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
         return _run_loop(_run_async(cfg, cfg.url))
     from ..sim.embedded import EmbeddedServer
 
-    server = EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb, extra_args=cfg.sim_args,
+    server = EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb,
+                            extra_args=[*embedded_cache_args(cfg), *cfg.sim_args],
                             time_scale=cfg.time_scale)
     try:
         server.start()

@@ -5,7 +5,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
-from ..spec.cache import AbCache
+from ..caches import DEFAULT_TARGET
+from ..spec.cache import AbCache, Geometry
 from ..spec.load import AbRuns, Load
 from .run import BenchConfig, BenchResult, check_config
 
@@ -14,7 +15,8 @@ AB_CONCURRENCY = 64
 
 def bench_config(load: Load, *, url: str | None, cache_gb: float, output_dir: Path,
                  profile: str | None = None, sim_args: tuple[str, ...] = (),
-                 goodput: tuple[str, ...] = ()) -> BenchConfig:
+                 goodput: tuple[str, ...] = (), cache: str | None = None,
+                 geometry: Geometry | None = None) -> BenchConfig:
     """One run's resolved config (the simulator's model name when no ``--model`` is given)."""
     from .goodput import parse_slos
     from .payload import parse_extra_inputs, parse_headers
@@ -40,7 +42,11 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float, output_dir: Pa
         http_client=load.http_client, grace_period=load.grace_period, seed=load.seed,
         quiet=load.quiet, predict=not load.no_predict, fixed_schedule=load.fixed_schedule,
         goodput=parse_slos(goodput), metrics_interval=load.metrics_interval,
-        max_response_bytes=int(load.max_response_mb * (1 << 20)))
+        max_response_bytes=int(load.max_response_mb * (1 << 20)),
+        cache=cache or DEFAULT_TARGET, cache_explicit=cache is not None,
+        model_path=None if geometry is None or geometry.model_path is None
+        else str(geometry.model_path),
+        geometry={} if geometry is None else geometry.values())
     check_config(cfg)
     return cfg
 

@@ -77,7 +77,8 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
         atomic_write_bytes(ready_file, json.dumps({"url": url, "port": bound,
                                                    "pid": os.getpid()}).encode())
     print(f"mmdatagen serve: listening on {url} (profile {sim.p.name}, "
-          f"embedding cache {sim.cache_gb:g} GiB, time scale {sim.scale:g}; "
+          f"cache {sim.engine.target.name} {sim.cache_gb:g} {sim.engine.target.unit}, "
+          f"time scale {sim.scale:g}; "
           "a performance model, not a language model)", flush=True)
     try:
         await stop.wait()
@@ -101,11 +102,13 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
     runner(serve_forever(sim, host, port, ready_file))
 
 
-def serve_spec(server, engine, cache, faults) -> None:  # spec.sim.Server/Engine, SimCache, Faults
-    """``mmdatagen serve``: build the simulator from its specs and run it until stopped."""
-    from .study import load_engine_profile
+def serve_spec(server, engine, cache, faults, geometry=None) -> None:
+    """``mmdatagen serve``: build the simulator from its specs (spec.sim Server/Engine,
+    SimCache, Faults, Geometry) and run it until stopped."""
+    from .study import engine_model, load_engine_profile
 
     prof = load_engine_profile(engine, cache)
     sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale, faults.config().validate(),
-                    server.api_key, tuple(server.served_model_name))
+                    server.api_key, tuple(server.served_model_name),
+                    model=engine_model(prof, geometry))
     run(sim, server.host, server.port, server.ready_file)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..spec.base import SpecError
-from ..spec.cache import SimCache, SweepCache
+from ..spec.cache import Geometry, SimCache, SweepCache
 from ..spec.sim import Engine, VirtualRun
 from .profile import Profile
 
@@ -18,9 +18,19 @@ def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
     """The named profile with the spec's overrides applied (validated)."""
     from .profile import load_profile
 
-    return load_profile(engine.profile).with_overrides(
+    return load_profile(engine.profile).for_cache(cache.cache).with_overrides(
         key_mode=cache.key_mode, register=cache.register, max_running=engine.max_running,
         token_budget=engine.token_budget)
+
+
+def engine_model(prof: Profile, geometry: Geometry | None):
+    """The model whose geometry the simulator sizes images with: the profile's, or a local
+    folder / geometry values given on the command line."""
+    from ..vlm import resolve_model
+
+    if geometry is None:
+        return resolve_model(prof.model)
+    return resolve_model(prof.model, geometry.model_path, **geometry.values())
 
 
 def workers_for(concurrency: int | None, request_rate: float | None) -> int:
@@ -72,7 +82,7 @@ class Study:
 
 
 def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
-                     run: VirtualRun) -> Study:
+                     run: VirtualRun, geometry: Geometry | None = None) -> Study:
     """Run ``simulate``: the export of one virtual run, or one row per swept cache size."""
     from ..loadgen.payload import parse_extra_inputs
 
@@ -83,7 +93,8 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
     concurrency = workers_for(run.concurrency, run.request_rate)
     kw = dict(concurrency=concurrency, warmup_count=run.warmup_request_count,
               policy=output_policy(extra), streaming=run.streaming,
-              request_rate=run.request_rate, arrival=run.arrival, seed=run.seed)
+              request_rate=run.request_rate, arrival=run.arrival, seed=run.seed,
+              model=engine_model(prof, geometry))
     if sweep.sweep_cache_gb is not None:
         return Study(sweep=_sweep(Path(dataset), prof, sweep_sizes(sweep.sweep_cache_gb),
                                   run, kw), profile=prof.name)
@@ -97,11 +108,13 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
 
     res = run_simulation(dataset, prof, cache.embedding_cache_gb, concurrency, run.request_count,
                          run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
-                         run.arrival, run.seed)
+                         run.arrival, run.seed, model=kw["model"])
     counters = res.engine.cache.counters()
     config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
-              "embedding_cache_gb": cache.embedding_cache_gb, "key_mode": prof.key_mode,
-              "register": prof.register, "concurrency": concurrency,
+              "cache": prof.cache_target().name, "cache_size": cache.embedding_cache_gb,
+              "cache_unit": prof.cache_target().unit, "embedding_cache_gb": cache.embedding_cache_gb,
+              "key_mode": prof.cache_target().key, "register": prof.cache_target().present,
+              "concurrency": concurrency,
               "request_rate": run.request_rate,
               "arrival": run.arrival if run.request_rate else None,
               "request_count": run.request_count,
@@ -123,7 +136,8 @@ def _sweep(dataset: Path, prof: Profile, sizes: list[float], run: VirtualRun, kw
     from ..io.atomic import atomic_open
     from .virtual import load_turns, sweep_cache
 
-    turns = load_turns(dataset, prof)
+    kw = dict(kw)
+    turns = load_turns(dataset, prof, kw.pop("model", None))
     rows = sweep_cache(turns, prof, sizes, request_count=run.request_count or len(turns),
                        wrap=run.request_count is not None, **kw)
     if run.output_dir is not None:

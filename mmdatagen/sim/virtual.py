@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import DatasetError, UserError
 from ..io.readers import detect_format, iter_turns
-from ..vlm import get_model
+from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimImage, SimRequest
 from .media import turn_media
 from .profile import Profile
@@ -66,14 +66,14 @@ class OutputPolicy:
                                 f"{exc.message} (the server answers 400)") from None
 
 
-def load_turns(path: Path, profile: Profile) -> list[SimTurn]:
+def load_turns(path: Path, profile: Profile, model: VisionModel | None = None) -> list[SimTurn]:
     """Read a dataset once into compact turns (images resolved to keys, tokens, bytes).
 
     ``multi_turn`` requests carry their whole history, as the loader sends it: earlier turns'
     texts and images, plus the assistant replies (added at simulation time, see
     :func:`reply_tokens`). ``single_turn`` rows with a ``session_id`` carry only themselves.
     """
-    model = get_model(profile.model)
+    model = model or resolve_model(profile.model)
     resolver = ImageResolver(model, profile, allow_paths=True,
                              dataset_dir=Path(path).resolve().parent)
     bpt = profile.text_bytes_per_token
@@ -278,9 +278,10 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
 def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency: int,
                    request_count: int | None, warmup_count: int, policy: OutputPolicy,
                    streaming: bool = True, request_rate: float | None = None,
-                   arrival: str = "poisson", seed: int = 0) -> SimResult:
+                   arrival: str = "poisson", seed: int = 0,
+                   model: VisionModel | None = None) -> SimResult:
     """``request_count`` None: one pass over the dataset (every session completes)."""
-    turns = load_turns(dataset, profile)
+    turns = load_turns(dataset, profile, model)
     return simulate(turns, profile, cache_gb, concurrency,
                     request_count if request_count else len(turns), warmup_count, policy,
                     streaming, wrap=request_count is not None, request_rate=request_rate,

@@ -1,11 +1,13 @@
-"""Cache-capacity and model-geometry options.
+"""Cache-target, capacity and model-geometry options.
 
-OWNED BY THE LEAD ENGINEER (issue 10 reworks these into cache targets). Declared here as they
-behave today so the generated CLI keeps them unchanged; edit this module rather than the
-commands when they change.
+A cache target (``--cache``, the names of ``data/caches.json``) says which engine cache is sized;
+``--cache-size`` is its capacity in that cache's own unit (GiB, MiB or embedding tokens). The
+model geometry that sizes entries comes from the registry, a local Hugging Face folder
+(``--model-path``) or the geometry flags.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from .base import option, spec
@@ -16,14 +18,58 @@ Register = Literal["schedule", "encode", "completion"]
 KEY_MODES: tuple[str, ...] = ("bytes", "pixels", "reference", "uuid")
 REGISTER: tuple[str, ...] = ("schedule", "encode", "completion")
 GIB_MAX = 1e6
+SIZE_MAX = 1e12  # capacities in tokens get large
+TARGETS: tuple[str, ...] = ("dynamo-embedding", "dynamo-encode", "vllm-processor",
+                            "vllm-processor-shm", "vllm-encoder", "sglang-vlm")
+DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32", "fp8")
+CACHE_HELP = ("Cache target: dynamo-embedding, dynamo-encode, vllm-processor, "
+              "vllm-processor-shm, vllm-encoder, sglang-vlm (README: 'Which cache are you "
+              "sizing?').")
+SIZE_HELP = "Capacity in the target's own unit (GiB, MiB for sglang-vlm, tokens for vllm-encoder)"
+
+
+@spec
+class Geometry:
+    """The model geometry that sizes cache entries, for a model the registry does not know (or
+    to override the registry's values)."""
+
+    model_path: Path | None = option(None, "--model-path", "A local Hugging Face model folder "
+                                     "(config.json + preprocessor_config.json): its geometry "
+                                     "sizes the cache entries.", kind=Path, file_okay=False)
+    patch_size: int | None = option(None, "--patch-size", "Vision patch size in pixels.",
+                                    kind=int, min=1, max=1024)
+    merge_size: int | None = option(None, "--merge-size", "Spatial merge size (patches per "
+                                    "token side).", kind=int, min=1, max=64)
+    temporal_patch_size: int | None = option(None, "--temporal-patch-size", "Frames per "
+                                             "temporal patch.", kind=int, min=1, max=64)
+    min_pixels: int | None = option(None, "--min-pixels", "Smallest resized image (pixels).",
+                                    kind=int, min=1, max=10**12)
+    max_pixels: int | None = option(None, "--max-pixels", "Largest resized image (pixels).",
+                                    kind=int, min=1, max=10**12)
+    hidden_size: int | None = option(None, "--hidden-size", "Language-model hidden size "
+                                     "(embedding width).", kind=int, min=1, max=1_000_000)
+    dtype: str | None = option(None, "--dtype", "Embedding dtype.", choices=DTYPES)
+
+    def values(self) -> dict[str, int]:
+        """The given geometry values as ``vlm.resolve_model`` keywords."""
+        from ..vlm import DTYPE_BYTES
+
+        out = {k: getattr(self, k) for k in ("patch_size", "merge_size", "temporal_patch_size",
+                                             "min_pixels", "max_pixels", "hidden_size")
+               if getattr(self, k) is not None}
+        if self.dtype is not None:
+            out["dtype_bytes"] = DTYPE_BYTES[self.dtype]
+        return out
 
 
 @spec
 class SimCache:
     """The simulator's embedding cache (``serve``, ``simulate``)."""
 
-    embedding_cache_gb: float = option(10.0, "--embedding-cache-gb", "Embedding cache capacity "
-                                       "in GiB (0 = off).", min=0, max=GIB_MAX)
+    cache: str | None = option(None, "--cache", CACHE_HELP + " Default: the profile's.",
+                               choices=TARGETS)
+    embedding_cache_gb: float = option(10.0, "--cache-size", SIZE_HELP + "; 0 = off.", min=0,
+                                       max=SIZE_MAX, aliases=("--embedding-cache-gb",))
     key_mode: KeyMode | None = option(None, "--key-mode", "Cache key: encoded bytes (vLLM), "
                                       "pixels (Dynamo aggregated), reference string (Dynamo "
                                       "disaggregated), uuid. Default: profile's.",
@@ -47,8 +93,12 @@ class SweepCache:
 class BenchCache:
     """``bench``: the embedded simulator's cache and the predicted hits."""
 
-    cache_gb: float = option(10.0, "--cache-gb", "Embedding cache GiB of the embedded simulator, "
-                             "and for the predicted hits.", min=0, max=GIB_MAX)
+    cache: str | None = option(None, "--cache", CACHE_HELP + " The embedded simulator runs it "
+                               "and the prediction sizes it. Default: dynamo-embedding.",
+                               choices=TARGETS)
+    cache_gb: float = option(10.0, "--cache-size", SIZE_HELP + ": the embedded simulator's, "
+                             "and the predicted hits'.", min=0, max=SIZE_MAX,
+                             aliases=("--cache-gb",))
 
 
 @spec
@@ -63,6 +113,7 @@ class AbCache:
 class AnalyzeModel:
     """``analyze``: the model geometry and the concurrency model of the prediction."""
 
+    cache: str = option("dynamo-embedding", "--cache", CACHE_HELP, choices=TARGETS)
     tokens_per_image: int | None = option(None, "--tokens-per-image", "Generic model: fixed "
                                           "tokens per image.", kind=int, min=1, max=10_000_000)
     bytes_per_token: int | None = option(None, "--bytes-per-token", "Generic model: cache bytes "
