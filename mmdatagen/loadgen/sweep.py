@@ -243,19 +243,22 @@ def _dataset_prediction(cfg: SweepConfig, prof, cache_gb: float, memo: dict) -> 
     """Virtual runs: the analysis' exact LRU prediction for the dataset in file order."""
     if not cfg.base.predict:
         return None
-    key = (prof.key_mode, prof.model, cache_gb)
+    target = prof.cache_target()
+    key = (target.name, target.key, target.present, prof.model, cache_gb)
     if key in memo:
         return memo[key]
     from ..analysis.predict import Semantics, analyze
     from ..analysis.trace import trace_from_dataset
-    from ..vlm import get_model
+    from ..vlm import resolve_model
 
-    tkey = (prof.key_mode,)
+    tkey = (target.key,)
     if tkey not in memo:
-        memo[tkey] = trace_from_dataset(Path(cfg.base.input_file), key_mode=prof.key_mode)
+        memo[tkey] = trace_from_dataset(Path(cfg.base.input_file), key_mode=target.key)
     trace = memo[tkey]
-    a = analyze(trace, get_model(prof.model), Semantics(), cache_bytes=[cache_gb * (1 << 30)],
-                want_curve=False)
+    insert = "schedule" if target.insert_on_lookup else "completion"
+    a = analyze(trace, resolve_model(prof.model),
+                Semantics(target=target.name, oversize=target.oversize, insert=insert),
+                cache_bytes=[target.capacity(cache_gb)], want_curve=False)
     c = a.summary["capacities"][0]
     memo[key] = {"references": a.summary["references"], "hits": c["hits"],
                  "misses": a.summary["references"] - c["hits"], "hit_rate": c["hit_rate"],
