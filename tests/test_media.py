@@ -280,3 +280,11 @@ def test_bench_and_simulate_run_a_mixed_dataset(run_cli, tmp_path):
         measured = export["image_cache"]["measured"]
         assert measured["hits"] + measured["misses"] == 8 * 3
         assert measured["misses"] == 6  # 2 images, 2 videos, 2 audios, each missed once
+
+
+def test_worker_count_never_changes_a_byte(run_cli, tmp_path):
+    args = ["-n", 6, "--pool-size", 3, "--videos-per-request", 1, "--audios-per-request", 1,
+            "--video-format", "webm", "--audio-format", "mp3", "--delivery", "data-url"]
+    one = gen(run_cli, "pool", tmp_path / "one.jsonl", *args, "--workers", 1)
+    two = gen(run_cli, "pool", tmp_path / "two.jsonl", *args, "--workers", 2)
+    assert one.read_bytes() == two.read_bytes()
