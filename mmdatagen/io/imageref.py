@@ -175,6 +175,7 @@ class ImageIdentifier:
             raise DatasetError(f"unknown key mode {mode!r}; choose from {', '.join(KEY_MODES)}")
         self.mode, self.dir, self.memo_size = mode, dataset_dir, memo_size
         self._memo: dict = {}
+        self._uuid_dims: dict[str, tuple[int, int]] = {}  # a uuid's first known dimensions
         self.saw_uuids = False
 
     def __call__(self, ref: str, uuid: str | None = None) -> Identity:
@@ -182,10 +183,16 @@ class ImageIdentifier:
         if not ref:
             if not uuid:
                 raise DatasetError("an image reference without a uuid is empty")
-            return Identity(("uuid", uuid), 0, 0)
+            w, h = self._uuid_dims.get(uuid, (0, 0))
+            return Identity(("uuid", uuid), w, h)
         ident = self._lookup(ref)
+        if uuid and ident.width > 0 and uuid not in self._uuid_dims:
+            if len(self._uuid_dims) >= self.memo_size:
+                self._uuid_dims.clear()
+            self._uuid_dims[uuid] = (ident.width, ident.height)
         if self.mode == "uuid" and uuid:
-            return Identity(("uuid", uuid), ident.width, ident.height, ident.remote)
+            w, h = self._uuid_dims.get(uuid, (ident.width, ident.height))
+            return Identity(("uuid", uuid), w, h, ident.remote)
         return ident
 
     def _remember(self, memo, ident: Identity) -> Identity:
@@ -211,8 +218,8 @@ class ImageIdentifier:
             # only a lossless re-encoding (data URLs as sent, PNG files) keeps the pixels
             lossless = parsed.kind == "data" or data[:8] == PNG_MAGIC
             return Identity(("px" if lossless else "file-px", pixel_key(data)), w, h)
-        if self.mode == "reference":
-            return Identity(("ref", reference_key(ref)), w, h)
+        # a local file reaches the server as the data URL AIPerf encodes it from the file: a
+        # function of the content, so in every mode equal files are one entry
         return Identity(("file", bytes_key(data)), w, h)
 
     def _data_url(self, ref: str) -> Identity:
