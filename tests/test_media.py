@@ -288,3 +288,24 @@ def test_worker_count_never_changes_a_byte(run_cli, tmp_path):
     one = gen(run_cli, "pool", tmp_path / "one.jsonl", *args, "--workers", 1)
     two = gen(run_cli, "pool", tmp_path / "two.jsonl", *args, "--workers", 2)
     assert one.read_bytes() == two.read_bytes()
+
+
+@pytest.mark.parametrize("cache,size", [("vllm-encoder", "150"), ("vllm-processor", "0.003")])
+def test_simulator_hits_equal_the_media_replay(run_cli, tmp_path, cache, size):
+    from mmdatagen.caches import get_target
+    from mmdatagen.media_reuse import media_reuse
+    from mmdatagen.vlm import get_model
+
+    path = gen(run_cli, "pool", tmp_path / "r.jsonl", "-n", 16, "--pool-size", 4,
+               "--videos-per-request", 1, "--audios-per-request", 1, "--reuse", "uniform")
+    out = tmp_path / "sim"
+    result = run_cli("simulate", path, "--concurrency", 1, "--cache", cache, "--cache-size", size,
+                     "-q", "--output-dir", out)
+    assert result.exit_code == 0, result.output
+    measured = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())["image_cache"]
+    target = get_target(cache)
+    replay = media_reuse(read_manifest(path), get_model("qwen3-vl-30b-a3b"), target,
+                         target.capacity(float(size)))
+    assert 0 < replay.total.hits < 36  # the cache is too small for the 12 items: evictions
+    assert measured["measured"]["hits"] == replay.total.hits
+    assert measured["measured"]["misses"] == replay.total.references - replay.total.hits
