@@ -11,8 +11,14 @@ import click
 
 from . import __version__
 from .errors import UserError
-from .lifecycle import EXIT_ENVIRONMENT, EXIT_USER, describe_os_error, install_handlers, \
-    interrupt_exit_code, is_environment_error
+from .lifecycle import (
+    EXIT_ENVIRONMENT,
+    EXIT_USER,
+    describe_os_error,
+    install_handlers,
+    interrupt_exit_code,
+    is_environment_error,
+)
 from .spec.base import SpecError
 
 # name -> "module:attribute" of a click.Command; each area owns its module in mmdatagen/commands/.
@@ -56,7 +62,10 @@ class LazyGroup(click.Group):
             click.echo("terminated" if interrupt_exit_code(exc) != 130 else "interrupted", err=True)
             ctx.exit(interrupt_exit_code(exc))
         except OSError as exc:  # disk full, file-size limit: exit 1; a bad path: exit 2
-            click.echo(f"error: {describe_os_error(exc)}", err=True)
+            message = describe_os_error(exc)
+            if exc.filename is None and _stdout_broken(exc):
+                message = f"cannot write to standard output: {message}"
+            click.echo(f"error: {message}", err=True)
             ctx.exit(EXIT_ENVIRONMENT if is_environment_error(exc) else EXIT_USER)
 
 
@@ -91,6 +100,19 @@ def main() -> None:
         click.echo(f"error: cannot write to standard output: {describe_os_error(exc)}", err=True)
         sys.exit(EXIT_ENVIRONMENT)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _stdout_broken(exc: OSError) -> bool:
+    """True (and stdout silenced) when ``exc`` came from printing to standard output."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "echo" and "click" in code.co_filename \
+                and not tb.tb_frame.f_locals.get("err"):
+            _silence_stdout()
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _silence_stdout(flush: bool = False) -> None:

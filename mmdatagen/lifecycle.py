@@ -23,6 +23,7 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 EXIT_ENVIRONMENT = 1  # the machine failed us (disk full, file-size limit, permissions)
 EXIT_USER = 2         # bad input (flags, files, datasets)
+DIE_WITH = "MMDATAGEN_DIE_WITH_PARENT"  # env: a child command dies with this parent pid
 
 
 class Terminated(KeyboardInterrupt):
@@ -48,6 +49,9 @@ def install_handlers() -> None:
             signal.signal(sig, _raise_terminated)
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    parent = os.environ.pop(DIE_WITH, None)
+    if parent and parent.isdigit():  # started by EmbeddedServer: stop (SIGTERM) with it
+        die_with_parent(signal.SIGTERM, int(parent))
 
 
 def interrupt_exit_code(exc: BaseException) -> int:

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from ..errors import UserError
 from ..io.readers import detect_format, iter_turns
 from ..metrics import build_export, console_table, write_exports
@@ -22,7 +21,7 @@ from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
 from .predict import embedded_cache_args, fetch_timeline, prediction_result, prediction_setup
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
 
-SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.I)
+SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.IGNORECASE)
 RATE_DEFAULT_CAP = 1024
 
 
@@ -298,7 +297,13 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
             await client.close()
         crashes = [r for r in results if isinstance(r, BaseException)
                    and not isinstance(r, asyncio.CancelledError)]
-        after = await stop.guard(sampler.stop())
+        after = None
+        if tasks:  # stopped before any request: no 'after' counters to take
+            last = sampler.stop()
+            if stop.cancelled:  # stopping: a slow /metrics may not hold the exit up
+                last = asyncio.wait_for(last, 1.0)
+            with contextlib.suppress(asyncio.TimeoutError):
+                after = await stop.guard(last)
         await sampler.close()  # also when a second signal cut the last scrape short
     cancelled = {"flag": stop.cancelled}
     records = ctx.records

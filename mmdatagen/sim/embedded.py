@@ -8,7 +8,6 @@ A subprocess, so client and server never share a GIL.
 from __future__ import annotations
 
 import collections
-import functools
 import os
 import queue
 import re
@@ -18,9 +17,10 @@ import sys
 import threading
 import time
 import urllib.request
+from typing import Self
 
 from ..errors import UserError
-from ..lifecycle import die_with_parent
+from ..lifecycle import DIE_WITH
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -56,10 +56,11 @@ class EmbeddedServer:
         lines: queue.Queue[str | None] = queue.Queue()
         # Own session: a Ctrl-C at the terminal reaches the loader only, which then drains its
         # in-flight requests for its grace period and stops the simulator itself.
+        # The child asks the kernel for SIGTERM when this process dies (lifecycle.DIE_WITH).
+        env = {**os.environ, DIE_WITH: str(os.getpid())}
         self.proc = subprocess.Popen(
             self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=functools.partial(die_with_parent, signal.SIGTERM, os.getpid()))
+            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         threading.Thread(target=_drain, args=(self.proc.stdout, lines.put), daemon=True).start()
         threading.Thread(target=_drain, args=(self.proc.stderr, self._stderr.append),
                          daemon=True).start()
@@ -118,8 +119,10 @@ class EmbeddedServer:
             self.proc = None
         return code
 
-    def __enter__(self) -> EmbeddedServer:
-        return self if self.proc is not None else self.start()
+    def __enter__(self) -> Self:
+        if self.proc is None:
+            self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -1,0 +1,125 @@
+"""Class 5, the loader: memory bounded whatever a server sends, one failure taxonomy for both
+HTTP clients, and a truncated or corrupt .gz dataset named with its line."""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mmdatagen.loadgen.client import make_client
+from mmdatagen.loadgen.failures import ErrorKind
+
+from .helpers import one_error_line, run
+from .hostile import canned, hostile_server
+
+CLIENTS = ("raw", "aiohttp")
+
+
+def _endless(head: bytes, piece: bytes):
+    def reply(conn) -> None:
+        conn.sendall(head)
+        while True:  # until the client hangs up (sendall then fails)
+            conn.sendall(piece)
+    return reply
+
+
+def _sse_chunk() -> bytes:
+    body = b'data: {"choices":[{"delta":{"content":"xxxxxxxx"}}]}\n\n' * 1000
+    return b"%x\r\n%s\r\n" % (len(body), body)
+
+
+HOSTILE = {
+    "2 GB body": _endless(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 2147483648\r\n\r\n", b"\x00" * 65536),
+    "endless SSE": _endless(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                            b"Transfer-Encoding: chunked\r\n\r\n", _sse_chunk()),
+}
+
+PROBE = textwrap.dedent("""
+    import asyncio, resource, sys
+    from mmdatagen.loadgen.client import make_client
+    async def main():
+        c, _ = make_client(sys.argv[1], sys.argv[2], timeout_s=60, headers={},
+                           max_response_bytes=int(sys.argv[3]))
+        r = await c.request("/v1/chat/completions", b"{}", "", streaming=True, collect_text=True)
+        await c.close()
+        return r
+    r = asyncio.run(main())
+    print(r.error["type"] if r.error else "ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_huge_or_endless_responses_keep_memory_flat(case, client):
+    limit = 8 << 20
+    with hostile_server(HOSTILE[case]) as url:
+        res = subprocess.run([sys.executable, "-c", PROBE, client, url, str(limit)],
+                             check=False, capture_output=True, text=True, timeout=120)
+    kind, peak_kb = res.stdout.split()
+    assert kind == ErrorKind.TOO_LARGE.value, res.stderr
+    # the cap bounds what is held: interpreter + aiohttp (~80 MB) + the capped response
+    assert int(peak_kb) < 400_000
+
+
+GARBAGE = {
+    "not HTTP": b"HELLO WORLD\r\n\r\n",
+    "bad status": b"HTTP/1.1 abc OK\r\n\r\n",
+    "bad chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                      b"Content-Type: application/json\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+    "huge head": b"HTTP/1.1 200 OK\r\nX: " + b"a" * 200_000 + b"\r\n\r\n",
+    "bad Content-Length": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: x\r\n\r\n{}",
+    "invalid JSON": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 5\r\n\r\nnope!",
+    "cut short": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 50\r\n\r\n{\"a\":",
+    "nothing": b"",
+    "error in 200": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 31\r\n"
+                    b"\r\n{\"error\":{\"message\":\"boom!!\"}}",
+}
+
+
+@pytest.mark.parametrize("name", list(GARBAGE))
+def test_same_garbage_is_the_same_kind_with_both_clients(name):
+    async def ask(kind: str, url: str):
+        client, _ = make_client(kind, url, timeout_s=20, headers={})
+        try:
+            res = await client.request("/v1/chat/completions", b"{}", "", streaming=False)
+        finally:
+            await client.close()
+        return res.error["type"] if res.error else None
+
+    with hostile_server(canned(GARBAGE[name])) as url:
+        kinds = {kind: asyncio.run(ask(kind, url)) for kind in CLIENTS}
+    assert kinds["raw"] is not None and kinds["raw"] == kinds["aiohttp"], kinds
+
+
+@pytest.fixture
+def broken_gz(tmp_path, small_dataset):
+    data = small_dataset.read_bytes()
+    whole = gzip.compress(data)
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    corrupt = bytearray(whole)
+    corrupt[len(corrupt) // 2] ^= 0xFF
+    (tmp_path / "bad.jsonl.gz").write_bytes(bytes(corrupt))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["cut.jsonl.gz", "bad.jsonl.gz"])
+def test_truncated_or_corrupt_gz_is_named_with_its_line(broken_gz, small_dataset, name):
+    # the images are files beside the original dataset: keep them reachable
+    for p in small_dataset.parent.iterdir():
+        if p.is_dir():
+            (broken_gz / p.name).symlink_to(p)
+    analyze = run("analyze", name, "--cache-images", 10, cwd=broken_gz)
+    assert analyze.returncode == 2
+    line = one_error_line(analyze.stderr)
+    assert f"{name}:" in line and ("truncated or corrupt" in line or "not valid JSON" in line)
+    bench = run("bench", "--input-file", name, "--profile", "zero-delay", "--request-count", 500,
+                "-q", "--output-dir", "out", cwd=broken_gz)
+    assert bench.returncode == 2 and f"{name}:" in one_error_line(bench.stderr)
