@@ -15,6 +15,7 @@ from .lifecycle import (
     EXIT_ENVIRONMENT,
     EXIT_USER,
     describe_os_error,
+    exit_now,
     install_handlers,
     interrupt_exit_code,
     is_environment_error,
@@ -60,7 +61,7 @@ class LazyGroup(click.Group):
             ctx.exit(EXIT_USER)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (lifecycle.Terminated)
             click.echo("terminated" if interrupt_exit_code(exc) != 130 else "interrupted", err=True)
-            ctx.exit(interrupt_exit_code(exc))
+            exit_now(interrupt_exit_code(exc))
         except OSError as exc:  # disk full, file-size limit: exit 1; a bad path: exit 2
             message = describe_os_error(exc)
             if exc.filename is None and _stdout_broken(exc):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import multiprocessing
 import os
 import sys
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
-import multiprocessing
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,7 +28,13 @@ from .content.images import ImageFactory, ImageStyle
 from .content.media import MediaItems, MediaTask, encode_item, inline_form, item_meta
 from .content.text import TextEngine
 from .errors import UserError
-from .io.atomic import atomic_group, check_path_text, check_target, output_lock, staged_dir
+from .io.atomic import (
+    atomic_group,
+    check_path_text,
+    check_target,
+    output_lock,
+    staged_dir,
+)
 from .io.manifest import (
     MANIFEST_SUFFIX,
     ContentHash,
@@ -39,8 +45,8 @@ from .io.manifest import (
     dump,
     manifest_path,
 )
-from .lifecycle import child_setup
 from .io.rows import dumps_line, session_object, turn_object
+from .lifecycle import child_setup
 from .plans.base import Plan, shard_range
 
 DELIVERIES = ("path", "data-url", "url")
@@ -121,7 +127,7 @@ def progress(total: int, desc: str, quiet: bool):
 
 def default_image_dir(output: Path) -> Path:
     """``data.jsonl`` -> ``data_images/`` beside it (shared by all shards of one dataset)."""
-    name = output.name[:-6] if output.name.endswith(".jsonl") else output.name
+    name = output.name.removesuffix(".jsonl")
     return output.with_name(f"{name}_images")
 
 

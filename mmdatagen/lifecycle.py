@@ -42,8 +42,13 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
     raise Terminated(signum)
 
 
+_installed = False
+
+
 def install_handlers() -> None:
     """In a command's main process: SIGTERM/SIGHUP raise :class:`Terminated`; SIGXFSZ ignored."""
+    global _installed
+    _installed = True
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
             signal.signal(sig, _raise_terminated)
@@ -57,6 +62,21 @@ def install_handlers() -> None:
 def interrupt_exit_code(exc: BaseException) -> int:
     """130 for Ctrl-C, 128 + N for a signal N turned into :class:`Terminated`."""
     return exc.exit_code if isinstance(exc, Terminated) else 130
+
+
+def exit_now(code: int) -> None:
+    """Leave at once after an interrupt, once the ``finally`` blocks have removed what this run
+    wrote: flush the standard streams, then skip the interpreter's joins of worker-pool
+    threads (a pool whose workers were killed can keep them busy for seconds). Inside a
+    program that did not install the handlers (tests, an embedding application): SystemExit."""
+    if not _installed:
+        raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 _libc: Any = None

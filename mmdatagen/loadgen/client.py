@@ -25,7 +25,13 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..errors import UserError
-from .failures import DEFAULT_MAX_RESPONSE_BYTES, ErrorKind, classify_aiohttp, error, too_large
+from .failures import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    ErrorKind,
+    classify_aiohttp,
+    error,
+    too_large,
+)
 
 _now = time.perf_counter_ns
 MAX_HEAD = 64 * 1024
@@ -61,7 +67,7 @@ def _int_or_none(v: bytes | str | None) -> int | None:
 class _Content:
     """Extracts content/usage/errors from SSE events or a JSON body into a Result."""
 
-    __slots__ = ("res", "collect", "parts", "malformed", "done")
+    __slots__ = ("collect", "done", "malformed", "parts", "res")
 
     def __init__(self, res: Result, collect: bool) -> None:
         self.res = res
@@ -113,8 +119,23 @@ class _Content:
 class _Exchange:
     """Parses one HTTP/1.1 response as bytes arrive (head, then chunked/length/close framing)."""
 
-    __slots__ = ("fut", "res", "content", "streaming", "state", "buf", "length", "chunked",
-                 "sse", "body", "keep_alive", "is_sse", "got_bytes", "received", "limit")
+    __slots__ = (
+        "body",
+        "buf",
+        "chunked",
+        "content",
+        "fut",
+        "got_bytes",
+        "is_sse",
+        "keep_alive",
+        "length",
+        "limit",
+        "received",
+        "res",
+        "sse",
+        "state",
+        "streaming",
+    )
 
     def __init__(self, fut: asyncio.Future, res: Result, streaming: bool, collect: bool,
                  limit: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
