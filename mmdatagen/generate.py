@@ -367,42 +367,71 @@ def _image_folder(job: _Job, out: OutputSpec) -> Iterator[Path | None]:
     yield image_dir
 
 
-def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, out: OutputSpec,
-                executor: Executor, media: MediaItems | None = None) -> None:
-    """Render every line of the shard into ``fh``; image (and video/audio) work runs in
-    ``executor``."""
-    delivery, lines = job.delivery, job.lines
-    inline = delivery.mode == "data-url"
-    rows_of = _RowRenderer(plan, texts, images, job.rows, delivery.uuids, out, media)
+def _uses(plan: Plan, rows: list[int], media: MediaItems | None) -> tuple[dict, dict]:
+    """Positions (in row order) where each image, and each video/audio item, is used."""
     uses: dict[int, deque] = {}
     media_uses: dict[Any, deque] = {}
-    for pos, r in enumerate(job.rows):
+    for pos, r in enumerate(rows):
         for i in plan.image_ids[r]:
             uses.setdefault(int(i), deque()).append(pos)
         for key in media.keys(r) if media else ():
             media_uses.setdefault(key, deque()).append(pos)
-    needed = list(uses)
-    workers = out.workers or min(os.cpu_count() or 1, 8)
-    with progress(len(needed) + len(media_uses), "images", out.quiet) as ibar, \
-            progress(len(job.rows), "rows", out.quiet) as rbar:
-        pending = []
-        if not inline:
-            # Workers write the files while this process writes rows: a file's reference is
-            # known before it exists (unless rows carry uuids, which hash the bytes).
-            pending = [executor.submit(_render, images.task(i)) for i in needed]
+    return uses, media_uses
+
+
+def _submit(executor: Executor, fn, tasks: list, bar) -> list:
+    """Queue file renders in the workers; each finished one ticks the bar."""
+    pending = [executor.submit(fn, task) for task in tasks]
+    for future in pending:
+        future.add_done_callback(lambda _: bar.update(1))
+    return pending
+
+
+def _submit_files(executor: Executor, images: _Images, media: MediaItems | None,
+                  needed: list[int], media_keys: list, uuids: bool, bar) -> tuple[list, list]:
+    """File deliveries: workers write the files while this process writes rows (a file's
+    reference is known before it exists, unless rows carry uuids, which hash the bytes)."""
+    pending = []
+    if images.delivery.mode != "data-url":
+        pending = _submit(executor, _render, [images.task(i) for i in needed], bar)
+        images.refs.update((i, images.file_ref(i)) for i in needed)
+        if uuids:
             for future in pending:
-                future.add_done_callback(lambda _: ibar.update(1))
-            images.refs.update((i, images.file_ref(i)) for i in needed)
-            if delivery.uuids:
-                for future in pending:
-                    images.add(*future.result())
-        media_pending = []
-        if media:  # video/audio files render in the workers like images; inline ones per batch
-            files = [k for k in media_uses if not media.inline(k[0])]
-            media_pending = [executor.submit(_render_media, media.task(k)) for k in files]
-            for future in media_pending:
-                future.add_done_callback(lambda _: ibar.update(1))
-            media.refs.update((k, media.file_ref(k)) for k in files)
+                images.add(*future.result())
+    media_pending = []
+    if media:  # video/audio files render in the workers like images; inline ones per batch
+        files = [k for k in media_keys if not media.inline(k[0])]
+        media_pending = _submit(executor, _render_media, [media.task(k) for k in files], bar)
+        media.refs.update((k, media.file_ref(k)) for k in files)
+    return pending, media_pending
+
+
+def _inline_batch(plan: Plan, images: _Images, media: MediaItems | None, executor: Executor,
+                  batch_rows: list[int], inline: bool, inline_media: bool, bar) -> None:
+    """Encode the data URLs a batch of rows needs and the cache does not hold."""
+    if inline:
+        _ensure_inline(images, executor, [int(i) for r in batch_rows for i in plan.image_ids[r]],
+                       bar)
+    if inline_media:
+        missing = [k for k in media.needed(batch_rows) if media.inline(k[0]) and k not in media.refs]
+        for meta, payload in executor.map(_render_media, [media.task(k) for k in missing]):
+            media.add(meta, payload)
+            bar.update(1)
+
+
+def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, out: OutputSpec,
+                executor: Executor, media: MediaItems | None = None) -> None:
+    """Render every line of the shard into ``fh``; image (and video/audio) work runs in
+    ``executor``."""
+    lines = job.lines
+    inline = job.delivery.mode == "data-url"
+    rows_of = _RowRenderer(plan, texts, images, job.rows, job.delivery.uuids, out, media)
+    uses, media_uses = _uses(plan, job.rows, media)
+    workers = out.workers or min(os.cpu_count() or 1, 8)
+    with progress(len(uses) + len(media_uses), "images", out.quiet) as ibar, \
+            progress(len(job.rows), "rows", out.quiet) as rbar:
+        pending, media_pending = _submit_files(executor, images, media, list(uses),
+                                               list(media_uses), job.delivery.uuids, ibar)
         inline_media = media is not None and any(media.inline(m) for m in plan.media)
         # Inline rows hold their images: small batches keep memory flat.
         chunk = max(1, workers) if inline or inline_media else len(lines) or 1
@@ -410,15 +439,7 @@ def _write_rows(fh, plan: Plan, texts: TextEngine, images: _Images, job: _Job, o
         for start in range(0, len(lines), chunk):
             batch = lines[start:start + chunk]
             batch_rows = [r for line in batch for r in line]
-            if inline:
-                _ensure_inline(images, executor,
-                               [int(i) for r in batch_rows for i in plan.image_ids[r]], ibar)
-            if inline_media:
-                missing = [k for k in media.needed(batch_rows)
-                           if media.inline(k[0]) and k not in media.refs]
-                for meta, payload in executor.map(_render_media, [media.task(k) for k in missing]):
-                    media.add(meta, payload)
-                    ibar.update(1)
+            _inline_batch(plan, images, media, executor, batch_rows, inline, inline_media, ibar)
             for line in batch:
                 fh.write(rows_of.line(line))
                 rbar.update(len(line))

@@ -102,7 +102,7 @@ class ImageResolver:
             ident = self.identify(url, uuid)
         except DatasetError as exc:
             raise RequestError(400, f"invalid image: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - e.g. PIL's DecompressionBombError: never crash on input
+        except Exception as exc:
             raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
         w, h = (ident.width, ident.height) if ident.width > 0 else self.p.default_image_size
         tokens, prompt, nbytes = self._sized(w, h)
@@ -153,29 +153,39 @@ def _check_model(body: dict, models: frozenset[str]) -> str:
     return model
 
 
+def _check_number(body: dict, name: str, low: float, high: float, low_ok: bool) -> None:
+    v = body.get(name)
+    if v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise RequestError(400, f"'{name}' must be a number")
+    if v < low or (v == low and not low_ok) or v > high:
+        bound = "[" if low_ok else "("
+        raise RequestError(400, f"'{name}' must be in {bound}{low:g}, {high:g}], got {v!r}")
+
+
+def _check_type(body: dict, names: tuple[str, ...], ok, what: str) -> None:
+    for name in names:
+        v = body.get(name)
+        if v is not None and not ok(v):
+            raise RequestError(400, f"'{name}' must be {what}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_stop(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
 def _check_sampling(body: dict) -> None:
     """Types and ranges of the sampling fields (the simulator ignores their values)."""
     for name, (low, high, low_ok) in _NUMBERS.items():
-        v = body.get(name)
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise RequestError(400, f"'{name}' must be a number")
-        if v < low or (v == low and not low_ok) or v > high:
-            bound = "[" if low_ok else "("
-            raise RequestError(400, f"'{name}' must be in {bound}{low:g}, {high:g}], got {v!r}")
-    for name in _INTEGERS:
-        v = body.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise RequestError(400, f"'{name}' must be an integer")
-    for name in _BOOLEANS:
-        v = body.get(name)
-        if v is not None and not isinstance(v, bool):
-            raise RequestError(400, f"'{name}' must be a boolean")
-    stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-            isinstance(stop, list) and all(isinstance(x, str) for x in stop)):
-        raise RequestError(400, "'stop' must be a string or a list of strings")
+        _check_number(body, name, low, high, low_ok)
+    _check_type(body, _INTEGERS, _is_int, "an integer")
+    _check_type(body, _BOOLEANS, lambda v: isinstance(v, bool), "a boolean")
+    _check_type(body, ("stop",), _is_stop, "a string or a list of strings")
 
 
 def _part(part: Any, bpt: float, resolver: ImageResolver, images: list[SimImage]) -> int:
