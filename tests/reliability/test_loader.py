@@ -105,7 +105,7 @@ def broken_gz(tmp_path, small_dataset):
     whole = gzip.compress(data)
     (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     corrupt = bytearray(whole)
-    corrupt[len(corrupt) // 2] ^= 0xFF
+    corrupt[-8] ^= 0xFF  # the CRC-32 trailer: every row decodes, the end does not check out
     (tmp_path / "bad.jsonl.gz").write_bytes(bytes(corrupt))
     return tmp_path
 
