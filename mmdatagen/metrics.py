@@ -1,4 +1,5 @@
-"""Per-request records -> AIPerf-shaped metrics, exports and the console table.
+"""Per-request records -> AIPerf-shaped metric blocks (the maths; the export document is built in
+``export.py`` and rendered in ``console.py``).
 
 Shared by the loader (``mmdatagen bench``, real clocks) and the simulator (``mmdatagen simulate``,
 virtual clocks): both produce :class:`RequestRecord` lists and call :func:`build_export`.
@@ -15,19 +16,14 @@ Definitions follow aiperf-compat.md exactly:
 """
 from __future__ import annotations
 
-import datetime as _dt
-import math
-import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
-from . import __version__
+from .exportmodel import RunBlock, StatsBlock
 
 SCHEMA_VERSION = "1.4"
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -104,28 +100,28 @@ class RequestRecord:
         return out
 
 
-def stats_block(values: Sequence[float], unit: str) -> dict[str, Any]:
+def stats_block(values: Sequence[float], unit: str) -> StatsBlock:
     """AIPerf's per-request metric block; all statistics None when there are no values."""
     arr = np.asarray(values, dtype=np.float64)
-    block: dict[str, Any] = {"unit": unit}
+    block: dict[str, Any] = {"unit": unit}  # a StatsBlock once filled
     if arr.size == 0:
         block.update({k: None for k in STAT_KEYS})
         block["count"] = 0
-        return block
+        return block  # type: ignore[return-value]
     pct = np.percentile(arr, PERCENTILES)  # linear interpolation (numpy default)
     block["avg"] = float(arr.mean())
     for p, v in zip(PERCENTILES, pct):
         block[f"p{p}"] = float(v)
     block.update(min=float(arr.min()), max=float(arr.max()), std=float(arr.std()),
                  count=int(arr.size), sum=float(arr.sum()))
-    return block
+    return block  # type: ignore[return-value]
 
 
-def _run_block(value: float | int | None, unit: str) -> dict[str, Any]:
+def _run_block(value: float | int | None, unit: str) -> RunBlock:
     return {"unit": unit, "avg": value}
 
 
-def _error_summary(records: Iterable[RequestRecord]) -> list[dict]:
+def error_summary(records: Iterable[RequestRecord]) -> list[dict]:
     counts: Counter = Counter()
     for r in records:
         if r.error is not None:
@@ -135,221 +131,67 @@ def _error_summary(records: Iterable[RequestRecord]) -> list[dict]:
             for (t, c, m), n in counts.most_common()]
 
 
-def _iso(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    return _dt.datetime.fromtimestamp(ns / 1e9, tz=_dt.timezone.utc).isoformat()
-
-
-def phase_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    """All metric blocks for one phase's records (per-request blocks, then run-level blocks)."""
+def per_request_blocks(records: Sequence[RequestRecord]) -> dict[str, StatsBlock]:
+    """One statistics block per per-request metric (client-added TTFT only when measured)."""
     per: dict[str, list[float]] = {tag: [] for tag in RECORD_METRICS}
     for r in records:
         for tag, v in r.values().items():
             per[tag].append(v)
-    out: dict[str, Any] = {}
-    for tag, (unit, _) in RECORD_METRICS.items():
-        if tag == "client_added_ttft" and not per[tag]:
-            continue
-        out[tag] = stats_block(per[tag], unit)
-    ok = [r for r in records if r.ok]
+    return {tag: stats_block(per[tag], unit) for tag, (unit, _) in RECORD_METRICS.items()
+            if tag != "client_added_ttft" or per[tag]}
+
+
+def phase_duration_s(records: Sequence[RequestRecord]) -> float | None:
+    """Last response end - first request start, in seconds; None when empty or not positive."""
     starts = [r.start_ns for r in records]
     ends = [e for r in records if (e := (r.response_end_ns or r.end_ns)) is not None]
-    duration_s = (max(ends) - min(starts)) / 1e9 if starts and ends else None
-    if duration_s is not None and duration_s <= 0:
-        duration_s = None
+    if not starts or not ends:
+        return None
+    duration_s = (max(ends) - min(starts)) / 1e9
+    return duration_s if duration_s > 0 else None
+
+
+def run_blocks(records: Sequence[RequestRecord]) -> dict[str, RunBlock]:
+    """Run-level blocks: throughputs over the phase's duration, counts and totals."""
+    ok = [r for r in records if r.ok]
+    duration_s = phase_duration_s(records)
     total_out = int(sum(r.output_tokens for r in ok))
-    total_in = (int(sum(r.input_tokens for r in ok))
+    total_in = (int(sum(r.input_tokens for r in ok))  # type: ignore[misc]
                 if ok and all(r.input_tokens is not None for r in ok) else None)
-    out["request_throughput"] = _run_block(len(ok) / duration_s if duration_s else None,
-                                           "requests/sec")
-    out["output_token_throughput"] = _run_block(total_out / duration_s if duration_s else None,
-                                                "tokens/sec")
-    out["benchmark_duration"] = _run_block(duration_s, "sec")
-    out["request_count"] = _run_block(len(ok), "requests")
-    out["error_request_count"] = _run_block(len(records) - len(ok), "requests")
-    out["total_output_tokens"] = _run_block(total_out, "tokens")
-    out["total_input_tokens"] = _run_block(total_in, "tokens")
-    out["total_osl"] = _run_block(total_out, "tokens")  # AIPerf's names for the same totals
-    out["total_isl"] = _run_block(total_in, "tokens")
-    out["total_images"] = _run_block(int(sum(r.num_images for r in records)), "images")
-    return out
 
+    def per_second(n: float) -> float | None:
+        return n / duration_s if duration_s else None
 
-def image_cache_summary(records: Sequence[RequestRecord], *,
-                        predicted: dict | None = None,
-                        scraped: dict | None = None) -> dict[str, Any]:
-    """Measured cache hits (per-request headers), predicted and /metrics-scraped, TTFT split."""
-    with_hdr = [r for r in records if r.image_hits is not None and r.image_misses is not None]
-    hits = sum(r.image_hits for r in with_hdr)
-    misses = sum(r.image_misses for r in with_hdr)
-    measured = None
-    if with_hdr:
-        measured = {"source": "x-mmdatagen-image-hits/misses headers", "requests": len(with_hdr),
-                    "hits": hits, "misses": misses,
-                    "hit_rate": hits / (hits + misses) if hits + misses else None}
-    all_hit, not_all = [], []
-    for r in with_hdr:
-        v = r.values().get("time_to_first_token")
-        if v is None or r.num_images == 0:
-            continue
-        (all_hit if r.image_misses == 0 else not_all).append(v)
     return {
-        "measured": measured,
-        "predicted": predicted,
-        "server_metrics": scraped,
-        "time_to_first_token_all_hit": stats_block(all_hit, "ms"),
-        "time_to_first_token_not_all_hit": stats_block(not_all, "ms"),
+        "request_throughput": _run_block(per_second(len(ok)), "requests/sec"),
+        "output_token_throughput": _run_block(per_second(total_out), "tokens/sec"),
+        "benchmark_duration": _run_block(duration_s, "sec"),
+        "request_count": _run_block(len(ok), "requests"),
+        "error_request_count": _run_block(len(records) - len(ok), "requests"),
+        "total_output_tokens": _run_block(total_out, "tokens"),
+        "total_input_tokens": _run_block(total_in, "tokens"),
+        "total_osl": _run_block(total_out, "tokens"),  # AIPerf's names for the same totals
+        "total_isl": _run_block(total_in, "tokens"),
+        "total_images": _run_block(int(sum(r.num_images for r in records)), "images"),
     }
 
 
-def build_export(records: Sequence[RequestRecord], *, input_config: dict,
-                 run_info: dict | None = None, was_cancelled: bool = False,
-                 is_complete: bool | None = None, benchmark_id: str | None = None,
-                 wall_offset_ns: int | None = None, predicted: dict | None = None,
-                 scraped: dict | None = None,
-                 wall_span_ns: tuple[int, int] | None = None) -> dict[str, Any]:
-    """The ``profile_export_mmdatagen.json`` document (AIPerf schema 1.4 top level and blocks).
-
-    ``wall_offset_ns`` maps the records' monotonic clock to Unix time for ``start_time`` /
-    ``end_time`` (``time.time_ns() - time.perf_counter_ns()`` taken once); None leaves them null.
-    ``wall_span_ns`` (Unix ns start, end) overrides both, e.g. when records were rescaled.
-    """
-    prof = [r for r in records if r.phase == "profiling"]
-    warm = [r for r in records if r.phase == "warmup"]
-    start_ns = min((r.start_ns for r in records), default=None)
-    end_ns = max((e for r in records if (e := (r.response_end_ns or r.end_ns)) is not None),
-                 default=None)
-    off = wall_offset_ns
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "aiperf_version": f"mmdatagen-{__version__}",
-        "mmdatagen_version": __version__,
-        "benchmark_id": benchmark_id or str(uuid.uuid4()),
-        "start_time": _iso(start_ns + off) if off is not None and start_ns is not None else None,
-        "end_time": _iso(end_ns + off) if off is not None and end_ns is not None else None,
-        "was_cancelled": bool(was_cancelled),
-        "is_complete": (not was_cancelled) if is_complete is None else bool(is_complete),
-        "error_summary": _error_summary(prof),
-        "input_config": input_config,
-        "run_info": run_info or {},
-        "warmup_metrics": phase_metrics(warm) if warm else None,
-    }
-    if wall_span_ns is not None:
-        doc["start_time"], doc["end_time"] = _iso(wall_span_ns[0]), _iso(wall_span_ns[1])
-    doc["warmup_error_summary"] = _error_summary(warm)
-    doc.update(phase_metrics(prof))
-    doc["image_cache"] = image_cache_summary(prof, predicted=predicted, scraped=scraped)
-    return doc
+def phase_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """All metric blocks for one phase's records (per-request blocks, then run-level blocks)."""
+    return {**per_request_blocks(records), **run_blocks(records)}
 
 
-def record_line(r: RequestRecord) -> dict[str, Any]:
-    """One ``records.jsonl`` line in AIPerf's per-request shape (metadata + metrics + error)."""
-    meta = {
-        "conversation_id": r.conversation_id, "turn_index": r.turn_index,
-        "benchmark_phase": r.phase, "x_request_id": r.x_request_id,
-        "request_start_ns": r.start_ns, "first_token_ns": r.first_token_ns,
-        "request_end_ns": r.end_ns, "response_end_ns": r.response_end_ns,
-        "streaming": r.streaming, "http_status": r.http_status,
-        "num_images": r.num_images, "output_tokens": r.output_tokens,
-        "input_tokens": r.input_tokens, "image_hits": r.image_hits,
-        "image_misses": r.image_misses, "server_ttft_ns": r.server_ttft_ns,
-        "predicted_hits": r.predicted_hits, "dispatch_index": r.dispatch_index,
-    }
-    metrics = {tag: {"value": v, "unit": RECORD_METRICS[tag][0]} for tag, v in r.values().items()}
-    return {"metadata": meta, "metrics": metrics, "error": r.error}
+# The export document and the console table live in export.py and console.py; these names stay
+# importable from here.
+_MOVED = {"build_export": "export", "image_cache_summary": "export", "record_line": "export",
+          "write_exports": "export", "record_from_dict": "export", "record_to_dict": "export",
+          "console_table": "console"}
 
 
-def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict) -> dict[str, Path]:
-    """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` (by start time) atomically."""
-    from .errors import UserError
-    from .io.atomic import atomic_group
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create output folder {out_dir}: {exc.strerror}") from None
-    paths = {"export": out_dir / EXPORT_NAME, "records": out_dir / RECORDS_NAME}
-    with atomic_group() as open_:  # both files or neither (a full disk leaves the old ones)
-        with open_(paths["export"]) as fh:
-            fh.write(orjson.dumps(export, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-        with open_(paths["records"]) as fh:
-            for r in sorted(records, key=lambda r: r.start_ns):
-                fh.write(orjson.dumps(record_line(r)))
-                fh.write(b"\n")
-    return paths
-
-
-def record_from_dict(d: dict) -> RequestRecord:
-    """Rebuild a record from ``dataclasses.asdict`` output (unknown keys ignored)."""
-    names = {f.name for f in fields(RequestRecord)}
-    return RequestRecord(**{k: v for k, v in d.items() if k in names})
-
-
-def record_to_dict(r: RequestRecord) -> dict:
-    return asdict(r)
-
-
-def _fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "N/A"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return f"{v:,.2f}"
-
-
-def console_table(export: dict) -> str:
-    """AIPerf-style console table: per-request metrics with avg/min/max/p99/p90/p50/std."""
-    cols = ("avg", "min", "max", "p99", "p90", "p50", "std")
-    rows = [("Metric", *cols)]
-    for tag, (unit, header) in RECORD_METRICS.items():
-        b = export.get(tag)
-        if not b or not b.get("count"):
-            continue
-        rows.append((f"{header} ({unit})", *(_fmt(b.get(c)) for c in cols)))
-    run = [("Output Token Throughput (tokens/sec)", "output_token_throughput"),
-           ("Request Throughput (requests/sec)", "request_throughput"),
-           ("Request Count (requests)", "request_count"),
-           ("Error Request Count (requests)", "error_request_count"),
-           ("Benchmark Duration (sec)", "benchmark_duration")]
-    for label, tag in run:
-        b = export.get(tag) or {}
-        rows.append((label, _fmt(b.get("avg")), *("" for _ in cols[1:])))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for i, r in enumerate(rows):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    cache = export.get("image_cache") or {}
-    extra = []
-    meas, pred = cache.get("measured"), cache.get("predicted")
-    if meas and meas.get("hit_rate") is not None:
-        extra.append(f"Image cache hits (measured, headers): {meas['hits']:,}/"
-                     f"{meas['hits'] + meas['misses']:,} = {meas['hit_rate']:.1%}")
-    srv = cache.get("server_metrics")
-    if srv and srv.get("hit_rate") is not None:
-        extra.append(f"Image cache hits (measured, {srv.get('source')}): {srv['hits']:,}/"
-                     f"{srv['queries']:,} = {srv['hit_rate']:.1%}")
-    if pred and pred.get("hit_rate") is not None:
-        extra.append(f"Image cache hits (predicted, {pred.get('model', '?')}, "
-                     f"{pred.get('cache_gb', '?')} GiB): {pred['hits']:,}/{pred['references']:,}"
-                     f" = {pred['hit_rate']:.1%}")
-    elif pred and pred.get("note"):
-        extra.append(f"Image cache prediction: {pred['note']}")
-    for key, label in (("time_to_first_token_all_hit", "all images hit"),
-                       ("time_to_first_token_not_all_hit", "some image missed")):
-        b = cache.get(key) or {}
-        if b.get("count"):
-            extra.append(f"TTFT, {label}: avg {_fmt(b['avg'])} ms, p50 {_fmt(b['p50'])} ms "
-                         f"(n={b['count']:,})")
-    errs = export.get("error_summary") or []
-    for e in errs:
-        d = e["error_details"]
-        extra.append(f"Error x{e['count']:,}: {d.get('type')} {d.get('code') or ''} "
-                     f"{(d.get('message') or '')[:100]}".rstrip())
-    if export.get("was_cancelled"):
-        extra.append("Run was cancelled: partial results.")
-    return "\n".join(lines + ([""] + extra if extra else []))
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)

@@ -27,7 +27,7 @@ def serve(**v: Any) -> None:
 def simulate(dataset: Path, **v: Any) -> None:
     """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
-    from ..metrics import console_table
+    from ..console import console_table
     from ..sim.study import cache_line, simulate_dataset
     from ..sim.virtual import sweep_table
 

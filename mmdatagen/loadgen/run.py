@@ -11,9 +11,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..console import console_table
 from ..errors import UserError
+from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
-from ..metrics import build_export, console_table, write_exports
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .failures import DEFAULT_MAX_RESPONSE_BYTES
@@ -238,20 +239,46 @@ class _Stopper:
                     signal.signal(sig, previous[sig])  # asyncio resets to the default
 
 
-async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
-    fmt = cfg.dataset_type
-    if fmt == "auto":
-        fmt = detect_format(Path(cfg.input_file))
-    dataset_dir = Path(cfg.input_file).resolve().parent
-    encoder = ImageEncoder(dataset_dir, max_bytes=cfg.image_cache_bytes)
-    wrap = cfg.request_count is not None or cfg.benchmark_duration is not None
+@dataclass
+class _Session:
+    """Everything one run sets up before the first request: source, schedule, client, tracker."""
 
-    def open_turns():
-        return iter_turns(Path(cfg.input_file), fmt)
+    cfg: BenchConfig
+    fmt: str
+    encoder: ImageEncoder
+    source: Any
+    sched: Scheduler
+    client: Any
+    ctx: Context
+    count: int | None
+    tracker: Any = None
+    note: str | None = None
 
+    def open_turns(self):
+        return iter_turns(Path(self.cfg.input_file), self.fmt)
+
+
+@dataclass
+class _Drive:
+    """What running the requests left behind: scrapes, clock offset, crashes, the sampler."""
+
+    before: Any
+    after: Any
+    wall_offset: int
+    crashes: list
+    sampler: Any
+    n_workers: int
+    cancelled: bool
+
+
+def _session(cfg: BenchConfig, url: str) -> _Session:
     from .sessions import SessionSource
 
-    source = SessionSource(open_turns, fmt, wrap=wrap, seed=cfg.seed)
+    fmt = cfg.dataset_type if cfg.dataset_type != "auto" else detect_format(Path(cfg.input_file))
+    encoder = ImageEncoder(Path(cfg.input_file).resolve().parent, max_bytes=cfg.image_cache_bytes)
+    wrap = cfg.request_count is not None or cfg.benchmark_duration is not None
+    source = SessionSource(lambda: iter_turns(Path(cfg.input_file), fmt), fmt, wrap=wrap,
+                           seed=cfg.seed)
     count = cfg.request_count
     if fmt == "random_pool" and count is None and cfg.benchmark_duration is None:
         count = len(source._pool)  # one draw per pool entry by default
@@ -270,31 +297,42 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     tracker, note = prediction_setup(cfg, encoder, embedded)
     if tracker is not None:
         ctx.on_start = tracker.on_start
+    return _Session(cfg, fmt, encoder, source, sched, client, ctx, count, tracker, note)
 
+
+def _start(s: _Session, stop: Any, tasks: list) -> int:
+    """Start the worker tasks (one per slot, or the fixed-schedule driver); the slot count."""
+    cfg = s.cfg
     n_workers = cfg.concurrency or (RATE_DEFAULT_CAP if cfg.request_rate else 1)
-    loop = asyncio.get_running_loop()
+    if stop.cancelled:
+        pass  # stopped during the first scrape: no request is sent
+    elif cfg.fixed_schedule:
+        n_workers = cfg.concurrency or 0
+        tasks.append(asyncio.ensure_future(_fixed(s.ctx, s.open_turns(), cfg)))
+    else:
+        tasks.extend(asyncio.ensure_future(worker(s.ctx)) for _ in range(n_workers))
+    return n_workers
+
+
+async def _drive(s: _Session, url: str) -> _Drive:
+    """Run every request with progress, /metrics sampling and Ctrl-C / SIGTERM handling."""
+    cfg = s.cfg
     tasks: list[asyncio.Future] = []
-    stop = _Stopper(loop, sched, ctx, tasks, cfg.grace_period)
+    stop = _Stopper(asyncio.get_running_loop(), s.sched, s.ctx, tasks, cfg.grace_period)
     with stop.installed():  # Ctrl-C and SIGTERM from here on: a partial export, never none
         sampler = MetricsSampler(url, cfg.metrics_interval, quiet=cfg.quiet)
         before = await stop.guard(sampler.start())
         wall_offset = time.time_ns() - time.perf_counter_ns()
-        total = None if count is None else count + cfg.warmup_request_count
-        progress = Progress(ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
-        if stop.cancelled:
-            pass  # stopped during the first scrape: no request is sent
-        elif cfg.fixed_schedule:
-            n_workers = cfg.concurrency or 0
-            tasks.append(asyncio.ensure_future(_fixed(ctx, open_turns(), cfg)))
-        else:
-            tasks.extend(asyncio.ensure_future(worker(ctx)) for _ in range(n_workers))
+        total = None if s.count is None else s.count + cfg.warmup_request_count
+        progress = Progress(s.ctx, total, enabled=not cfg.quiet and sys.stderr.isatty())
+        n_workers = _start(s, stop, tasks)
         prog_task = asyncio.ensure_future(progress.run())
         try:
             results = await asyncio.gather(*tasks, return_exceptions=True)
         finally:
             prog_task.cancel()
             progress.close()
-            await client.close()
+            await s.client.close()
         crashes = [r for r in results if isinstance(r, BaseException)
                    and not isinstance(r, asyncio.CancelledError)]
         after = None
@@ -305,38 +343,51 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
             with contextlib.suppress(asyncio.TimeoutError):
                 after = await stop.guard(last)
         await sampler.close()  # also when a second signal cut the last scrape short
-    cancelled = {"flag": stop.cancelled}
-    records = ctx.records
-    prof_starts = [r.start_ns for r in records if r.phase == "profiling"]
-    series_base = min(prof_starts) if prof_starts else None
-    span = None
-    if records:
-        span = (min(r.start_ns for r in records) + wall_offset,
-                max((r.response_end_ns or r.start_ns) for r in records) + wall_offset)
-    scale = cfg.time_scale if embedded else 1.0
-    to_simulated_time(records, scale)
-    timeline = None
-    if tracker is not None:
-        timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
-    predicted = prediction_result(tracker, note, records, ctx.started, timeline)
-    run_info = {
-        "url": url, "endpoint": ctx.path, "dataset_format": fmt, "workers": n_workers,
-        "http_client": type(client).__name__, "requests_started": ctx.started,
-        "files_encoded": encoder.encoded, "dataset_passes": source.passes,
-        "dataset_rows_read": source.rows_read, "embedded_simulator": embedded,
+    return _Drive(before, after, wall_offset, crashes, sampler, n_workers, stop.cancelled)
+
+
+def _run_info(s: _Session, url: str, d: _Drive, embedded: bool, scale: float) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "url": url, "endpoint": s.ctx.path, "dataset_format": s.fmt, "workers": d.n_workers,
+        "http_client": type(s.client).__name__, "requests_started": s.ctx.started,
+        "files_encoded": s.encoder.encoded, "dataset_passes": s.source.passes,
+        "dataset_rows_read": s.source.rows_read, "embedded_simulator": embedded,
         "time_scale": scale, "times_in": "simulated time (wall / time_scale)" if scale != 1.0
         else "wall time",
         "output_tokens_source": "server usage when present, else content chunks "
                                 "(streaming) / words (non-streaming)",
         "input_tokens_source": "server usage.prompt_tokens (includes image tokens) when present",
     }
-    if crashes:
-        run_info["worker_crashes"] = [repr(c)[:300] for c in crashes]
-    export = build_export(records, input_config=cfg.public(), run_info=run_info,
-                          was_cancelled=cancelled["flag"] or ctx.fatal is not None, wall_offset_ns=wall_offset,
-                          predicted=predicted, scraped=counter_delta(before, after),
-                          wall_span_ns=span)
-    export["server_metrics_timeseries"] = sampler.series(series_base, scale)
+    if d.crashes:
+        info["worker_crashes"] = [repr(c)[:300] for c in d.crashes]
+    return info
+
+
+def _wall_span(records: list, wall_offset: int) -> tuple[int, int] | None:
+    if not records:
+        return None
+    return (min(r.start_ns for r in records) + wall_offset,
+            max((r.response_end_ns or r.start_ns) for r in records) + wall_offset)
+
+
+async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str, Any]:
+    """The export document of the run (records rescaled to simulated time when embedded)."""
+    cfg, records = s.cfg, s.ctx.records
+    prof_starts = [r.start_ns for r in records if r.phase == "profiling"]
+    span = _wall_span(records, d.wall_offset)
+    scale = cfg.time_scale if embedded else 1.0
+    to_simulated_time(records, scale)
+    timeline = None
+    if s.tracker is not None:
+        timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
+    predicted = prediction_result(s.tracker, s.note, records, s.ctx.started, timeline)
+    export = build_export(records, input_config=cfg.public(),
+                          run_info=_run_info(s, url, d, embedded, scale),
+                          was_cancelled=d.cancelled or s.ctx.fatal is not None,
+                          wall_offset_ns=d.wall_offset, predicted=predicted,
+                          scraped=counter_delta(d.before, d.after), wall_span_ns=span)
+    export["server_metrics_timeseries"] = d.sampler.series(
+        min(prof_starts) if prof_starts else None, scale)
     if cfg.goodput:
         from .goodput import export_goodput
 
@@ -344,10 +395,17 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     from ..report.aggregate import run_aggregates
 
     export.update(run_aggregates(records))
-    paths = write_exports(Path(cfg.output_dir), records, export)
-    if ctx.fatal is not None:
-        raise UserError(f"{ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")
-    return BenchResult(export, records, paths, console_table(export))
+    return export
+
+
+async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
+    s = _session(cfg, url)
+    d = await _drive(s, url)
+    export = await _export(s, url, d, embedded)
+    paths = write_exports(Path(cfg.output_dir), s.ctx.records, export)
+    if s.ctx.fatal is not None:
+        raise UserError(f"{s.ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")
+    return BenchResult(export, s.ctx.records, paths, console_table(export))
 
 
 def _run_loop(coro):

@@ -103,7 +103,7 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
 
 def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: dict,
          concurrency: int, kw: dict) -> Study:
-    from ..metrics import build_export, write_exports
+    from ..export import build_export, write_exports
     from .virtual import run_simulation
 
     res = run_simulation(dataset, prof, cache.embedding_cache_gb, concurrency, run.request_count,

@@ -296,7 +296,7 @@ SWEEP_COLUMNS = (("cache_gb", "Cache GiB"), ("hit_rate", "Hit rate %"),
 
 def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], **kw) -> list[dict]:
     """One virtual run per cache size: hit rate (profiling) and headline metrics."""
-    from ..metrics import build_export
+    from ..export import build_export
 
     rows = []
     for gb in sizes_gb:

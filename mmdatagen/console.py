@@ -1,0 +1,92 @@
+"""The AIPerf-style console table of an export (per-request metrics, run values, cache lines)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .metrics import RECORD_METRICS
+
+COLUMNS = ("avg", "min", "max", "p99", "p90", "p50", "std")
+RUN_ROWS = (("Output Token Throughput (tokens/sec)", "output_token_throughput"),
+            ("Request Throughput (requests/sec)", "request_throughput"),
+            ("Request Count (requests)", "request_count"),
+            ("Error Request Count (requests)", "error_request_count"),
+            ("Benchmark Duration (sec)", "benchmark_duration"))
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "N/A"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:,.2f}"
+
+
+def _metric_rows(export: dict) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = [("Metric", *COLUMNS)]
+    for tag, (unit, header) in RECORD_METRICS.items():
+        b = export.get(tag)
+        if b and b.get("count"):
+            rows.append((f"{header} ({unit})", *(_fmt(b.get(c)) for c in COLUMNS)))
+    for label, tag in RUN_ROWS:
+        b = export.get(tag) or {}
+        rows.append((label, _fmt(b.get("avg")), *("" for _ in COLUMNS[1:])))
+    return rows
+
+
+def _align(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for i, r in enumerate(rows):
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def _hit_lines(cache: dict) -> list[str]:
+    out = []
+    meas, pred, srv = cache.get("measured"), cache.get("predicted"), cache.get("server_metrics")
+    if meas and meas.get("hit_rate") is not None:
+        out.append(f"Image cache hits (measured, headers): {meas['hits']:,}/"
+                   f"{meas['hits'] + meas['misses']:,} = {meas['hit_rate']:.1%}")
+    if srv and srv.get("hit_rate") is not None:
+        out.append(f"Image cache hits (measured, {srv.get('source')}): {srv['hits']:,}/"
+                   f"{srv['queries']:,} = {srv['hit_rate']:.1%}")
+    if pred and pred.get("hit_rate") is not None:
+        out.append(f"Image cache hits (predicted, {pred.get('model', '?')}, "
+                   f"{pred.get('cache_gb', '?')} GiB): {pred['hits']:,}/{pred['references']:,}"
+                   f" = {pred['hit_rate']:.1%}")
+    elif pred and pred.get("note"):
+        out.append(f"Image cache prediction: {pred['note']}")
+    return out
+
+
+def _ttft_split_lines(cache: dict) -> list[str]:
+    out = []
+    for key, label in (("time_to_first_token_all_hit", "all images hit"),
+                       ("time_to_first_token_not_all_hit", "some image missed")):
+        b = cache.get(key) or {}
+        if b.get("count"):
+            out.append(f"TTFT, {label}: avg {_fmt(b['avg'])} ms, p50 {_fmt(b['p50'])} ms "
+                       f"(n={b['count']:,})")
+    return out
+
+
+def _error_lines(export: dict) -> list[str]:
+    out = []
+    for e in export.get("error_summary") or []:
+        d = e["error_details"]
+        out.append(f"Error x{e['count']:,}: {d.get('type')} {d.get('code') or ''} "
+                   f"{(d.get('message') or '')[:100]}".rstrip())
+    if export.get("was_cancelled"):
+        out.append("Run was cancelled: partial results.")
+    return out
+
+
+def console_table(export: dict) -> str:
+    """AIPerf-style console table: per-request metrics with avg/min/max/p99/p90/p50/std."""
+    cache = export.get("image_cache") or {}
+    extra = _hit_lines(cache) + _ttft_split_lines(cache) + _error_lines(export)
+    return "\n".join(_align(_metric_rows(export)) + ([""] + extra if extra else []))
