@@ -14,8 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from ..arrivals import Pacer
 from ..errors import DatasetError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
@@ -37,7 +36,7 @@ class Scheduler:
         self.rate = rate
         self.arrival = arrival
         self.duration_s = duration_s
-        self.rng = np.random.default_rng(seed)
+        self.pacer = Pacer(rate, arrival, seed) if rate else None
         self.issued = 0
         self.warm_issued = 0
         self.warm_done = 0
@@ -45,7 +44,6 @@ class Scheduler:
         self.gate = asyncio.Event()
         self.stop_event = asyncio.Event()
         self.profile_start: float | None = None
-        self.next_slot: float | None = None
         if warmup == 0:
             self._open_gate()
 
@@ -59,11 +57,6 @@ class Scheduler:
         self.stopped = True
         self.stop_event.set()
         self.gate.set()
-
-    def _interval(self) -> float:
-        if self.arrival == "constant":
-            return 1.0 / self.rate
-        return float(self.rng.exponential(1.0 / self.rate))
 
     async def ticket(self) -> str | None:
         """The phase of the next request, or None when no more requests may start."""
@@ -82,16 +75,13 @@ class Scheduler:
         if self.stopped:
             return None
         now = time.monotonic()
-        if self.rate:
-            if self.next_slot is None:
-                self.next_slot = now
-            slot = self.next_slot
-            self.next_slot += self._interval()
+        if self.pacer is not None:
+            slot = self.pacer.take(now)
             if slot > now:
                 try:
                     await asyncio.wait_for(self.stop_event.wait(), slot - now)
                     return None
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 now = time.monotonic()
         if self.duration_s is not None and now - self.profile_start >= self.duration_s:
@@ -282,7 +272,7 @@ async def fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None
                 try:
                     await asyncio.wait_for(ctx.sched.stop_event.wait(), delay)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             if sem is not None:
                 await sem.acquire()

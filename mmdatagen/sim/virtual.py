@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..arrivals import Pacer
 from ..errors import DatasetError, UserError
 from ..io.readers import detect_format, iter_turns
 from ..vlm import VisionModel, resolve_model
@@ -155,6 +156,143 @@ class _Sessions:
         return label, rows
 
 
+@dataclass
+class _Phase:
+    """One phase's dispatch state: free slots by time, frontend queue, tickets of paced slots."""
+
+    name: str
+    cap: int
+    pacer: Pacer | None
+    issue_heap: list[tuple[float, int, int]]
+    issued: int = 0
+    in_flight: int = 0
+    arrivals: list[tuple[float, int, SimRequest]] = field(default_factory=list)
+    ticketed: set[int] = field(default_factory=set)
+
+    def waiting(self) -> bool:
+        """A slot may still issue (count left, or a paced slot holds a ticket)."""
+        return bool(self.issue_heap) and (self.issued < self.cap or bool(self.ticketed))
+
+    def done(self) -> bool:
+        return self.in_flight == 0 and not self.ticketed and (self.issued >= self.cap
+                                                              or not self.issue_heap)
+
+
+class _VirtualRun:
+    """Slots replaying sessions causally against one engine, in virtual milliseconds."""
+
+    def __init__(self, turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
+                 policy: OutputPolicy, streaming: bool, wrap: bool) -> None:
+        self.profile, self.policy, self.streaming = profile, policy, streaming
+        self.eng = Engine(profile, cache_gb)
+        self.sessions = _Sessions(turns, wrap)
+        self.slots: list[list] = [[None, None, 0] for _ in range(concurrency)]  # label, rows, next
+        self.records: list = []
+        self.t = 0.0
+        self.rid = 0
+
+    def run_phase(self, name: str, cap: int, pacer: Pacer | None) -> None:
+        heap = [(self.t, i, i) for i in range(len(self.slots))]
+        heapq.heapify(heap)
+        ph = _Phase(name, cap, pacer, heap)
+        while True:
+            self._issue_due(ph)
+            while ph.arrivals and ph.arrivals[0][0] <= self.t:
+                self.eng.add(heapq.heappop(ph.arrivals)[2])
+            if ph.done():
+                return
+            self._advance(ph)
+
+    def _issue_due(self, ph: _Phase) -> None:
+        """Issue every request whose slot is free (and, when paced, whose time has come)."""
+        while ph.issue_heap and ph.issue_heap[0][0] <= self.t:
+            due, seq, s = heapq.heappop(ph.issue_heap)
+            if ph.issued >= ph.cap and s not in ph.ticketed:
+                continue  # the request count is used up: this slot stops
+            if not self._has_row(s):
+                continue  # one pass done: this slot retires
+            if ph.pacer is not None and s not in ph.ticketed:
+                ticket = ph.pacer.take(due)
+                ph.issued += 1
+                if ticket > due:
+                    ph.ticketed.add(s)
+                    heapq.heappush(ph.issue_heap, (ticket, seq, s))
+                    continue
+            elif s in ph.ticketed:
+                ph.ticketed.discard(s)
+            else:
+                ph.issued += 1
+            self._send(ph, s, due)
+
+    def _has_row(self, s: int) -> bool:
+        slot = self.slots[s]
+        if slot[1] is None or slot[2] >= len(slot[1]):
+            nxt_session = self.sessions.take()
+            if nxt_session is None:
+                return False
+            slot[0], slot[1] = nxt_session
+            slot[2] = 0
+        return True
+
+    def _send(self, ph: _Phase, s: int, due: float) -> None:
+        slot, prof = self.slots[s], self.profile
+        row = slot[1][slot[2]]
+        slot[2] += 1
+        text = row.text_tokens
+        for ol in row.prior_outputs:
+            text += reply_tokens(self.policy.target(prof.natural_output_tokens, ol),
+                                 prof.text_bytes_per_token)
+        sreq = SimRequest(self.rid, text, row.images,
+                          self.policy.target(prof.natural_output_tokens, row.output_length),
+                          arrival=due, tag=(s, slot[0], row, ph.name))
+        self.rid += 1
+        ph.in_flight += 1
+        heapq.heappush(ph.arrivals, (self.eng.frontend_ready_at(sreq, due), sreq.rid, sreq))
+
+    def _advance(self, ph: _Phase) -> None:
+        """Move virtual time: to the next event when idle or blocked, else by one engine step."""
+        eng = self.eng
+        if eng.idle:
+            nxt = [ph.arrivals[0][0]] if ph.arrivals else []
+            if ph.waiting():
+                nxt.append(ph.issue_heap[0][0])
+            self.t = max(self.t, min(nxt))
+            return
+        dur = eng.begin_step(self.t)
+        if dur is None:  # everything runnable is blocked on the serial encoder
+            nxt = [x for x in (eng.next_wake(self.t),) if x is not None]
+            if ph.arrivals:
+                nxt.append(ph.arrivals[0][0])
+            if ph.waiting():
+                nxt.append(ph.issue_heap[0][0])
+            if not nxt:
+                raise RuntimeError("simulator stalled: requests wait but nothing can run")
+            self.t = max(self.t, min(nxt))
+            return
+        self.t += dur
+        for r in eng.end_step(self.t):
+            ph.in_flight -= 1
+            self._record(r)
+            s = r.tag[0]
+            slot = self.slots[s]
+            delay = slot[1][slot[2]].delay_ms if slot[2] < len(slot[1]) else 0.0
+            heapq.heappush(ph.issue_heap, (self.t + delay, r.rid, s))
+
+    def _record(self, r: SimRequest) -> None:
+        from ..metrics import RequestRecord
+
+        _, label, row, ph = r.tag
+        self.records.append(RequestRecord(
+            conversation_id=label, turn_index=row.turn_index, phase=ph,
+            start_ns=round(r.arrival * 1e6), first_token_ns=round(r.first_token_t * 1e6),
+            end_ns=round(r.end_t * 1e6), output_tokens=r.emitted,
+            input_tokens=r.prompt_tokens, num_images=len(row.images), error=None,
+            image_hits=r.hits, image_misses=r.misses,
+            server_ttft_ns=round((r.first_token_t - r.arrival) * 1e6),
+            x_request_id=f"sim-{r.rid}", streaming=self.streaming,
+            response_end_ns=round(r.end_t * 1e6)))
+
+
 def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
              request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
              streaming: bool = True, wrap: bool = True, request_rate: float | None = None,
@@ -164,115 +302,21 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
     ``wrap``: cycle through the sessions again when the request count exceeds one pass
     (otherwise slots retire when the sessions run out, and a session always completes).
     ``request_rate``: profiling requests start on a paced schedule (poisson or constant, seeded
-    like the loader's), each taken by the first free slot; ``concurrency`` is then a cap.
+    like the loader's: ``arrivals.Pacer``), each taken by the first free slot; ``concurrency``
+    is then a cap.
     """
-    import numpy as np
+    from ..spec.base import check_values
+    from ..spec.sim import VirtualRun
 
-    from ..metrics import RequestRecord
-
-    if concurrency < 1 or request_count < 1 or warmup_count < 0:
-        raise UserError("--concurrency and --request-count must be >= 1, warmup >= 0")
-    if request_rate is not None and request_rate <= 0:
-        raise UserError("--request-rate must be positive")
+    check_values(VirtualRun, concurrency=concurrency, request_count=request_count,
+                 warmup_request_count=warmup_count, request_rate=request_rate)
     policy = policy or OutputPolicy()
     policy.check(turns, profile)
-    eng = Engine(profile, cache_gb)
-    sessions = _Sessions(turns, wrap)
-    gen = np.random.default_rng(seed)
-    # per slot: [label, rows, next index]
-    slots: list[list] = [[None, None, 0] for _ in range(concurrency)]
-    records: list = []
-    t = 0.0
-    rid = 0
-    for phase, cap in (("warmup", warmup_count), ("profiling", request_count)):
-        issued = 0
-        issue_heap: list[tuple[float, int, int]] = [(t, i, i) for i in range(concurrency)]
-        heapq.heapify(issue_heap)
-        arrivals: list[tuple[float, int, SimRequest]] = []
-        in_flight = 0
-        paced = request_rate is not None and phase == "profiling"
-        next_slot: float | None = None
-        ticketed: set[int] = set()
-        while True:
-            # issue every request whose slot is free (and, when paced, whose time has come)
-            while issue_heap and issue_heap[0][0] <= t:
-                due, seq, s = heapq.heappop(issue_heap)
-                if issued >= cap and s not in ticketed:
-                    continue  # the request count is used up: this slot stops
-                slot = slots[s]
-                if slot[1] is None or slot[2] >= len(slot[1]):
-                    nxt_session = sessions.take()
-                    if nxt_session is None:
-                        continue  # one pass done: this slot retires
-                    slot[0], slot[1] = nxt_session
-                    slot[2] = 0
-                if paced and s not in ticketed:
-                    if next_slot is None:
-                        next_slot = due
-                    ticket = next_slot
-                    gap = 1.0 / request_rate if arrival == "constant" else float(
-                        gen.exponential(1.0 / request_rate))
-                    next_slot += gap * 1000.0
-                    issued += 1
-                    if ticket > due:
-                        ticketed.add(s)
-                        heapq.heappush(issue_heap, (ticket, seq, s))
-                        continue
-                elif s in ticketed:
-                    ticketed.discard(s)
-                else:
-                    issued += 1
-                row = slot[1][slot[2]]
-                slot[2] += 1
-                text = row.text_tokens
-                for ol in row.prior_outputs:
-                    text += reply_tokens(policy.target(profile.natural_output_tokens, ol),
-                                         profile.text_bytes_per_token)
-                sreq = SimRequest(rid, text, row.images,
-                                  policy.target(profile.natural_output_tokens, row.output_length),
-                                  arrival=due, tag=(s, slot[0], row, phase))
-                rid += 1
-                in_flight += 1
-                ready = eng.frontend_ready_at(sreq, due)
-                heapq.heappush(arrivals, (ready, sreq.rid, sreq))
-            while arrivals and arrivals[0][0] <= t:
-                eng.add(heapq.heappop(arrivals)[2])
-            if in_flight == 0 and not ticketed and (issued >= cap or not issue_heap):
-                break
-            if eng.idle:
-                nxt = [arrivals[0][0]] if arrivals else []
-                if issue_heap and (issued < cap or ticketed):
-                    nxt.append(issue_heap[0][0])
-                t = max(t, min(nxt))
-                continue
-            dur = eng.begin_step(t)
-            if dur is None:  # everything runnable is blocked on the serial encoder
-                nxt = [x for x in (eng.next_wake(t),) if x is not None]
-                if arrivals:
-                    nxt.append(arrivals[0][0])
-                if issue_heap and (issued < cap or ticketed):
-                    nxt.append(issue_heap[0][0])
-                if not nxt:
-                    raise RuntimeError("simulator stalled: requests wait but nothing can run")
-                t = max(t, min(nxt))
-                continue
-            t += dur
-            for r in eng.end_step(t):
-                in_flight -= 1
-                s, label, row, ph = r.tag
-                records.append(RequestRecord(
-                    conversation_id=label, turn_index=row.turn_index, phase=ph,
-                    start_ns=round(r.arrival * 1e6), first_token_ns=round(r.first_token_t * 1e6),
-                    end_ns=round(r.end_t * 1e6), output_tokens=r.emitted,
-                    input_tokens=r.prompt_tokens, num_images=len(row.images), error=None,
-                    image_hits=r.hits, image_misses=r.misses,
-                    server_ttft_ns=round((r.first_token_t - r.arrival) * 1e6),
-                    x_request_id=f"sim-{r.rid}", streaming=streaming,
-                    response_end_ns=round(r.end_t * 1e6)))
-                slot = slots[s]
-                delay = slot[1][slot[2]].delay_ms if slot[2] < len(slot[1]) else 0.0
-                heapq.heappush(issue_heap, (t + delay, r.rid, s))
-    return SimResult(records, eng, t)
+    run = _VirtualRun(turns, profile, cache_gb, concurrency, policy, streaming, wrap)
+    run.run_phase("warmup", warmup_count, None)
+    pacer = None if request_rate is None else Pacer(request_rate, arrival, seed, unit=1000.0)
+    run.run_phase("profiling", request_count, pacer)
+    return SimResult(run.records, run.eng, run.t)
 
 
 def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency: int,
