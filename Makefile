@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO = demo-out
 
-.PHONY: demo test test-engine install install-test clean
+.PHONY: demo test test-engine lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: install-test
 	command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)  # report browser test
 	$(BIN)/python -m pytest -n 2
 	$(ENGINE_TESTS)
+
+lint: install-test
+	$(BIN)/ruff check mmdatagen
+	$(BIN)/mypy
 
 test-engine: install-test
 	$(ENGINE_TESTS)

@@ -81,7 +81,7 @@ def main() -> None:
     """Console entry point: usage errors are one line too, exit code 2."""
     install_handlers()  # SIGTERM like Ctrl-C; a file-size limit is an error, not a core dump
     try:
-        sys.stdout.reconfigure(errors="surrogateescape")  # print non-UTF-8 paths as their bytes
+        sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]  # non-UTF-8 paths as bytes
     except (AttributeError, ValueError):
         pass
     try:
@@ -135,4 +135,4 @@ def _silence_stdout(flush: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

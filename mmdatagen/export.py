@@ -42,14 +42,15 @@ def image_cache_summary(records: Sequence[RequestRecord], *,
                         scraped: dict | None = None) -> ImageCache:
     """Measured cache hits (per-request headers), predicted and /metrics-scraped, TTFT split."""
     with_hdr = [r for r in records if r.image_hits is not None and r.image_misses is not None]
-    hits = sum(r.image_hits for r in with_hdr)
-    misses = sum(r.image_misses for r in with_hdr)
+    hits = sum(r.image_hits or 0 for r in with_hdr)
+    misses = sum(r.image_misses or 0 for r in with_hdr)
     measured = None
     if with_hdr:
         measured = {"source": "x-mmdatagen-image-hits/misses headers", "requests": len(with_hdr),
                     "hits": hits, "misses": misses,
                     "hit_rate": hits / (hits + misses) if hits + misses else None}
-    all_hit, not_all = [], []
+    all_hit: list[float] = []
+    not_all: list[float] = []
     for r in with_hdr:
         v = r.values().get("time_to_first_token")
         if v is None or r.num_images == 0:

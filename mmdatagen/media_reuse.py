@@ -17,8 +17,13 @@ from .caches import make_cache
 from .io.imageref import entry_size, image_flags
 from .io.imageref import request_items as cache_items
 from .io.manifest import Manifest
-from .media_tokens import QWEN2_AUDIO, audio_processor_bytes, audio_tokens, video_cost, \
-    video_geometry
+from .media_tokens import (
+    QWEN2_AUDIO,
+    audio_processor_bytes,
+    audio_tokens,
+    video_cost,
+    video_geometry,
+)
 
 MODALITIES = ("image", "audio", "video")  # AIPerf's order of parts within a request
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .exportmodel import RunBlock, StatsBlock
+from .exportmodel import ErrorCount, RunBlock, StatsBlock
 
 SCHEMA_VERSION = "1.4"
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -82,6 +82,7 @@ class RequestRecord:
         out: dict[str, float] = {"num_images": float(self.num_images)}
         if not self.ok:
             return out
+        assert self.end_ns is not None  # ok
         latency_ns = self.end_ns - self.start_ns
         out["request_latency"] = latency_ns / 1e6
         out["output_sequence_length"] = float(self.output_tokens)
@@ -121,7 +122,7 @@ def _run_block(value: float | int | None, unit: str) -> RunBlock:
     return {"unit": unit, "avg": value}
 
 
-def error_summary(records: Iterable[RequestRecord]) -> list[dict]:
+def error_summary(records: Iterable[RequestRecord]) -> list[ErrorCount]:
     counts: Counter = Counter()
     for r in records:
         if r.error is not None:

@@ -243,7 +243,8 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     first-in first-out, the next dispatched at once. With --insert completion a lookup only sees
     entries of requests that already completed.
     """
-    from ..analysis.predict import Semantics, analyze as run
+    from ..analysis.predict import Semantics
+    from ..analysis.predict import analyze as run
     from ..analysis.report import format_report, format_sweep, plot_curve, to_json, write_curve
     from ..analysis.trace import trace_from_plan
 

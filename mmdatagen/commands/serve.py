@@ -39,6 +39,6 @@ def simulate(dataset: Path, **v: Any) -> None:
     if study.sweep is not None:
         click.echo(sweep_table(study.sweep))
         click.echo("(simulated: mmdatagen's performance model, not a measurement)")
-    else:
+    elif study.export is not None and study.cache is not None:
         click.echo(console_table(study.export))
         click.echo(cache_line(study.cache))

@@ -16,8 +16,13 @@ from typing import Any
 import blake3
 
 from ..errors import DatasetError
-from ..media_tokens import QWEN2_AUDIO, audio_processor_bytes, audio_tokens, video_cost, \
-    video_geometry
+from ..media_tokens import (
+    QWEN2_AUDIO,
+    audio_processor_bytes,
+    audio_tokens,
+    video_cost,
+    video_geometry,
+)
 
 REMOTE_VIDEO = (16, 2.0, 640, 360)  # frames, fps, width, height assumed for http(s) videos
 
@@ -69,7 +74,7 @@ def video_info(data: bytes) -> VideoInfo:
                              stream.codec_context.height)
     except DatasetError:
         raise
-    except Exception as exc:  # noqa: BLE001 - av raises many types on bad input
+    except Exception as exc:
         raise DatasetError(f"cannot read the video: {type(exc).__name__}") from None
 
 
@@ -90,7 +95,7 @@ def audio_info(data: bytes, fmt: str) -> AudioInfo:
             stream = inp.streams.audio[0]
             samples = sum(f.samples for f in inp.decode(stream))
             return AudioInfo(samples, stream.sample_rate, stream.channels)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise DatasetError(f"cannot read the mp3 audio: {type(exc).__name__}") from None
 
 

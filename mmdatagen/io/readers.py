@@ -42,7 +42,7 @@ def open_text(path: Path) -> IO[bytes]:
     path = Path(path)
     try:
         if path.suffix == ".gz":
-            return gzip.open(path, "rb")
+            return gzip.open(path, "rb")  # type: ignore[return-value]  # a binary file object
         return open(path, "rb", buffering=1 << 20)
     except OSError as exc:
         raise DatasetError(f"cannot read {path}: {exc.strerror}") from None

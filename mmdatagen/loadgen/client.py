@@ -551,7 +551,7 @@ class AiohttpClient:
                     ex._payload(data, ts)
                 else:
                     ex.finish(_now())
-        except (asyncio.TimeoutError, self.aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, self.aiohttp.ClientError, OSError) as exc:
             ex.fail(classify_aiohttp(exc, self.timeout_s))
         if res.end_ns is None:
             res.end_ns = _now()

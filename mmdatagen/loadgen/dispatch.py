@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..arrivals import Pacer
 from ..errors import DatasetError, UserError
@@ -84,7 +85,8 @@ class Scheduler:
                 except TimeoutError:
                     pass
                 now = time.monotonic()
-        if self.duration_s is not None and now - self.profile_start >= self.duration_s:
+        start = self.profile_start if self.profile_start is not None else now
+        if self.duration_s is not None and now - start >= self.duration_s:
             self.stop()
             return None
         return PROFILING
@@ -106,7 +108,7 @@ class Scheduler:
 class Context:
     """Everything workers share."""
 
-    client: object
+    client: Any  # RawClient | AioClient (loadgen/client.py)
     path: str
     body_cfg: BodyConfig
     encoder: ImageEncoder
@@ -225,6 +227,7 @@ async def _worker(ctx: Context) -> None:
             sched.source_exhausted()
             return
         history: list[dict] | None = [] if ctx.multi_turn else None
+        assert sess is not None  # a turn came from it
         while True:
             await _one(ctx, sess, turn, phase, history)
             turn = source.next_turn(sess)

@@ -10,7 +10,6 @@ images, ``input_audio`` ({"data", "format"}), then ``video_url``.
 from __future__ import annotations
 
 import base64
-import io
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 import orjson
 
 from ..errors import DatasetError, UserError
+from ..io.encode import encode_file
 from ..io.imageref import parse_ref, resolve_path
 from ..io.readers import Turn
 
@@ -196,29 +196,6 @@ def encode_audio_file(path: Path) -> str:
     return f"{ext},{base64.b64encode(_read_media(path, 'audio')).decode('ascii')}"
 
 
-def encode_file(path: Path) -> str:
-    """Re-encode a PNG/JPEG file like AIPerf: JPEG q85 subsampling 0, PNG compress_level 6."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as img:
-            fmt = (img.format or "").upper()
-            if fmt not in ("PNG", "JPEG"):
-                raise DatasetError(f"{path}: only PNG and JPEG files are accepted (got {fmt or '?'})")
-            buf = io.BytesIO()
-            if fmt == "JPEG":
-                if img.mode not in ("RGB", "L", "CMYK"):
-                    img = img.convert("RGB")
-                img.save(buf, format="JPEG", quality=85, subsampling=0)
-                mime = "jpeg"
-            else:
-                img.save(buf, format="PNG", compress_level=6)
-                mime = "png"
-    except FileNotFoundError:
-        raise DatasetError(f"image file not found: {path}") from None
-    except (UnidentifiedImageError, OSError) as exc:
-        raise DatasetError(f"cannot read image {path}: {exc}") from None
-    return f"data:image/{mime};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
 
 
 def user_content(turn: Turn, encoder: ImageEncoder) -> str | list[dict]:

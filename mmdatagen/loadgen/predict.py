@@ -243,5 +243,5 @@ async def fetch_timeline(url: str, expected: set[str], timeout: float = 5.0) -> 
                 if expected <= events.keys() or asyncio.get_running_loop().time() > deadline:
                     return events
                 await asyncio.sleep(0.05)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         return None

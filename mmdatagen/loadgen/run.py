@@ -216,7 +216,8 @@ class _Stopper:
         try:
             return await self.guarded
         except asyncio.CancelledError:
-            if self.guarded.cancelled() and asyncio.current_task().cancelling() == 0:
+            task = asyncio.current_task()
+            if self.guarded.cancelled() and task is not None and task.cancelling() == 0:
                 return None
             raise
         finally:
@@ -271,7 +272,7 @@ class _Drive:
     cancelled: bool
 
 
-def _session(cfg: BenchConfig, url: str) -> _Session:
+def _session(cfg: BenchConfig, url: str, embedded: bool) -> _Session:
     from .sessions import SessionSource
 
     fmt = cfg.dataset_type if cfg.dataset_type != "auto" else detect_format(Path(cfg.input_file))
@@ -281,7 +282,7 @@ def _session(cfg: BenchConfig, url: str) -> _Session:
                            seed=cfg.seed)
     count = cfg.request_count
     if fmt == "random_pool" and count is None and cfg.benchmark_duration is None:
-        count = len(source._pool)  # one draw per pool entry by default
+        count = len(source._pool or ())  # one draw per pool entry by default
     sched = Scheduler(warmup=cfg.warmup_request_count, count=count, rate=cfg.request_rate,
                       arrival=cfg.arrival, duration_s=cfg.benchmark_duration, seed=cfg.seed)
     headers = dict(cfg.headers)
@@ -399,7 +400,7 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
 
 
 async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
-    s = _session(cfg, url)
+    s = _session(cfg, url, embedded)
     d = await _drive(s, url)
     export = await _export(s, url, d, embedded)
     paths = write_exports(Path(cfg.output_dir), s.ctx.records, export)

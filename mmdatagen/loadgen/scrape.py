@@ -78,7 +78,7 @@ async def fetch_metrics_text(url: str, timeout: float = 5.0, session=None) -> st
             return await get(session)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
             return await get(s)
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
         return None
 
 
@@ -173,7 +173,7 @@ class MetricsSampler:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - the loop only scrapes
+            except (asyncio.CancelledError, Exception):
                 pass
             self._task = None
         last = None

@@ -69,6 +69,7 @@ class SessionSource:
             self._start_pass()
         if self._eof:
             return False
+        assert self._it is not None  # opened by _start_pass
         turn = next(self._it, None)
         if turn is None:
             self._eof = True
@@ -98,8 +99,10 @@ class SessionSource:
             sess.pending.append(turn)
             self._new.append(sess)
             return True
-        sess = self._open.get(turn.session_id)
-        if sess is None:
+        found = self._open.get(turn.session_id)
+        if found is not None:
+            sess = found
+        else:
             sess = Session(f"{turn.session_id}{suffix}", str(uuid.uuid4()))
             self._open[turn.session_id] = sess
             self._new.append(sess)

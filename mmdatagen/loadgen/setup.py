@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from ..errors import UserError
 from ..caches import DEFAULT_TARGET
+from ..errors import UserError
 from ..spec.cache import AbCache, Geometry
 from ..spec.load import AbRuns, Load
 from .run import BenchConfig, BenchResult, check_config
@@ -56,10 +57,8 @@ def ab_configs(load: Load, runs: AbRuns, cache: AbCache, goodput: tuple[str, ...
                ) -> list[tuple[str, str, BenchConfig]]:
     """(tag, label, config) of run A and run B, both checked before either starts
     (``check_sim_args`` parses a run's simulator arguments as ``serve`` would)."""
-    import dataclasses
-
     if load.concurrency is None and load.request_rate is None:
-        load = dataclasses.replace(load, concurrency=AB_CONCURRENCY)
+        load = replace(load, concurrency=AB_CONCURRENCY)
     out = []
     for tag, gb, prof, extra, label in (
             ("a", cache.a_cache_gb, runs.a_profile, runs.a_sim_arg, runs.labels[0]),

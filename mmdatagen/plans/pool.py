@@ -113,12 +113,14 @@ def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_
             video_pool_size = pool_size_for_reuse(num_requests, videos_per_request, target_reuse)
         if audios_per_request and audio_pool_size is None:
             audio_pool_size = pool_size_for_reuse(num_requests, audios_per_request, target_reuse)
+    if pool_size is None:
+        raise SpecError("pool_size", "is required (or --target-reuse)")
     require_positive(num_requests=num_requests, pool_size=pool_size)
-    video_pool_size = pool_size if video_pool_size is None else video_pool_size
-    audio_pool_size = pool_size if audio_pool_size is None else audio_pool_size
+    video_pool: int = pool_size if video_pool_size is None else video_pool_size
+    audio_pool: int = pool_size if audio_pool_size is None else audio_pool_size
     _check_pool("", images_per_request, pool_size)
-    _check_pool("video-", videos_per_request, video_pool_size)
-    _check_pool("audio-", audios_per_request, audio_pool_size)
+    _check_pool("video-", videos_per_request, video_pool)
+    _check_pool("audio-", audios_per_request, audio_pool)
     if reuse not in REUSE_PATTERNS:
         raise UserError(f"unknown reuse pattern {reuse!r}; choose from {', '.join(REUSE_PATTERNS)}")
     if reuse == "zipf" and not 0 < zipf_exponent < float("inf"):
@@ -130,14 +132,14 @@ def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_
                   zipf_exponent=zipf_exponent if reuse == "zipf" else None, seed=seed)
     media = {}
     if videos_per_request:
-        vids = pool_ids(rng.rng_for(seed, rng.VIDEO_PLAN), rows, video_pool_size,
+        vids = pool_ids(rng.rng_for(seed, rng.VIDEO_PLAN), rows, video_pool,
                         videos_per_request, reuse, zipf_exponent)
-        media["video"] = video_media(vids, video_pool_size, video_size, seed)
-        params.update(videos_per_request=videos_per_request, video_pool_size=video_pool_size)
+        media["video"] = video_media(vids, video_pool, video_size, seed)
+        params.update(videos_per_request=videos_per_request, video_pool_size=video_pool)
     if audios_per_request:
-        auds = pool_ids(rng.rng_for(seed, rng.AUDIO_PLAN), rows, audio_pool_size,
+        auds = pool_ids(rng.rng_for(seed, rng.AUDIO_PLAN), rows, audio_pool,
                         audios_per_request, reuse, zipf_exponent)
-        media["audio"] = MediaPlan("audio", auds, audio_pool_size)
-        params.update(audios_per_request=audios_per_request, audio_pool_size=audio_pool_size)
+        media["audio"] = MediaPlan("audio", auds, audio_pool)
+        params.update(audios_per_request=audios_per_request, audio_pool_size=audio_pool)
     return Plan(kind="pool", image_ids=ids, widths=widths, heights=heights,
                 text_keys=np.arange(rows, dtype=np.int64), params=params, media=media)

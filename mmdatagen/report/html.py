@@ -129,7 +129,7 @@ class Report:
         self.add(heading, body)
 
     def html(self) -> str:
-        now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         toc = "".join(f'<li><a href="#s{i}">{escape(h)}</a></li>'
                       for i, (h, _) in enumerate(self.sections))
         body = "".join(f'<section id="s{i}"><h2>{escape(h)}</h2>{b}</section>'

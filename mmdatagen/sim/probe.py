@@ -16,20 +16,20 @@ from ..io.readers import iter_turns
 def chat_bodies(path: Path, model: str, count: int, extra: dict | None = None,
                 stream: bool = True) -> list[bytes]:
     """Serialised chat bodies for the first ``count`` requests of a dataset (cycled)."""
+    from ..io.encode import encode_file
     from ..io.imageref import parse_ref, resolve_path
-    from ..loadgen.payload import encode_file
 
     encoded: dict[str, str] = {}  # local files are encoded once, as the loader does
     rows = []
     for t in iter_turns(Path(path)):
-        parts = [{"type": "text", "text": s} for s in t.texts]
-        uuids = t.image_uuids or [None] * len(t.images)
+        parts: list[dict[str, object]] = [{"type": "text", "text": s} for s in t.texts]
+        uuids: list[str | None] = [*t.image_uuids] if t.image_uuids else [None] * len(t.images)
         for ref, u in zip(t.images, uuids):
             if parse_ref(ref).kind == "path":
                 if ref not in encoded:
                     encoded[ref] = encode_file(resolve_path(ref, Path(path).parent))
                 ref = encoded[ref]
-            part = {"type": "image_url", "image_url": {"url": ref}}
+            part: dict[str, object] = {"type": "image_url", "image_url": {"url": ref}}
             if u is not None:
                 part["uuid"] = u
             parts.append(part)

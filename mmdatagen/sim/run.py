@@ -95,7 +95,7 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
             raise UserError(f"--ready-file folder {folder} does not exist")
         check_target(Path(ready_file), force=True)
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run

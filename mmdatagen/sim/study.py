@@ -109,7 +109,9 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     res = run_simulation(dataset, prof, cache.embedding_cache_gb, concurrency, run.request_count,
                          run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
                          run.arrival, run.seed, model=kw["model"])
-    counters = res.engine.cache.counters()
+    engine = res.engine
+    assert engine is not None  # a run always has its engine
+    counters = engine.cache.counters()
     config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
               "cache": prof.cache_target().name, "cache_size": cache.embedding_cache_gb,
               "cache_unit": prof.cache_target().unit, "embedding_cache_gb": cache.embedding_cache_gb,
@@ -123,7 +125,7 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     export = build_export(res.records, input_config=config,
                           run_info={"simulated": True, "clock": "virtual",
                                     "note": "mmdatagen simulator: a performance model",
-                                    "embedding_cache": counters, "engine_steps": res.engine.steps})
+                                    "embedding_cache": counters, "engine_steps": engine.steps})
     if run.output_dir is not None:
         write_exports(Path(run.output_dir), res.records, export)
     return Study(export=export, cache=counters, profile=prof.name)

@@ -83,8 +83,8 @@ def load_turns(path: Path, profile: Profile, model: VisionModel | None = None) -
     multi = detect_format(Path(path)) == "multi_turn"
     history: dict[str, tuple[int, list[SimImage], tuple]] = {}
     for t in iter_turns(Path(path)):
-        images = [_image(resolver, ref, (t.image_uuids or [None] * len(t.images))[i], path)
-                  for i, ref in enumerate(t.images)]
+        uuids: list[str | None] = [*t.image_uuids] if t.image_uuids else [None] * len(t.images)
+        images = [_image(resolver, ref, uuids[i], path) for i, ref in enumerate(t.images)]
         if not t.images and t.image_uuids:
             images = [resolver.resolve("", u) for u in t.image_uuids]
         if t.audios or t.videos:  # video/audio items: sim/media.py
@@ -273,7 +273,7 @@ class _VirtualRun:
         for r in eng.end_step(self.t):
             ph.in_flight -= 1
             self._record(r)
-            s = r.tag[0]
+            s = r.tag[0]  # type: ignore[index]
             slot = self.slots[s]
             delay = slot[1][slot[2]].delay_ms if slot[2] < len(slot[1]) else 0.0
             heapq.heappush(ph.issue_heap, (self.t + delay, r.rid, s))
@@ -281,7 +281,9 @@ class _VirtualRun:
     def _record(self, r: SimRequest) -> None:
         from ..metrics import RequestRecord
 
-        _, label, row, ph = r.tag
+        tag: tuple[int, str, SimTurn, str] = r.tag  # type: ignore[assignment]  # set by _send
+        _, label, row, ph = tag
+        assert r.first_token_t is not None and r.end_t is not None  # a completed request
         self.records.append(RequestRecord(
             conversation_id=label, turn_index=row.turn_index, phase=ph,
             start_ns=round(r.arrival * 1e6), first_token_ns=round(r.first_token_t * 1e6),

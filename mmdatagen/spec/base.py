@@ -86,8 +86,9 @@ _FLAGS: dict[str, str] = {}
 
 
 def spec(cls: type[T]) -> type[T]:
-    """Make ``cls`` a frozen dataclass and register its flags (for errors at the CLI edge)."""
-    out = dataclass(frozen=True)(cls)
+    """Register a spec class's flags (for errors at the CLI edge); apply it above
+    ``@dataclass(frozen=True)``, which type checkers understand."""
+    out = cls if dataclasses.is_dataclass(cls) else dataclass(frozen=True)(cls)
     for f, opt in opts_of(out):
         _FLAGS.setdefault(f.name, opt.flag)
     return out

@@ -7,6 +7,7 @@ model geometry that sizes entries comes from the registry, a local Hugging Face 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +30,7 @@ SIZE_HELP = "Capacity in the target's own unit (GiB, MiB for sglang-vlm, tokens 
 
 
 @spec
+@dataclass(frozen=True)
 class Geometry:
     """The model geometry that sizes cache entries, for a model the registry does not know (or
     to override the registry's values)."""
@@ -63,6 +65,7 @@ class Geometry:
 
 
 @spec
+@dataclass(frozen=True)
 class SimCache:
     """The simulator's embedding cache (``serve``, ``simulate``)."""
 
@@ -81,6 +84,7 @@ class SimCache:
 
 
 @spec
+@dataclass(frozen=True)
 class SweepCache:
     """``simulate --sweep-cache-gb``: one virtual run per size."""
 
@@ -90,6 +94,7 @@ class SweepCache:
 
 
 @spec
+@dataclass(frozen=True)
 class BenchCache:
     """``bench``: the embedded simulator's cache and the predicted hits."""
 
@@ -102,6 +107,7 @@ class BenchCache:
 
 
 @spec
+@dataclass(frozen=True)
 class AbCache:
     """``ab``: each run's cache."""
 
@@ -110,6 +116,7 @@ class AbCache:
 
 
 @spec
+@dataclass(frozen=True)
 class AnalyzeModel:
     """``analyze``: the model geometry and the concurrency model of the prediction."""
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from . import common
@@ -18,6 +19,7 @@ DELIVERIES: tuple[str, ...] = ("path", "data-url", "url")
 
 
 @spec
+@dataclass(frozen=True)
 class Content:
     """Text and pixels of every row, and how images are delivered. Defaults: seed A's (pool);
     ``SLIDING_WINDOW_CONTENT`` holds seed B's."""
@@ -75,6 +77,7 @@ class Content:
 
 
 @spec
+@dataclass(frozen=True)
 class Media:
     """Video and audio items (used only when a workload asks for them; defaults in brackets)."""
 
@@ -124,7 +127,7 @@ class Media:
                 duration=5.0 if self.audio_duration is None else self.audio_duration)
         for style in styles.values():
             style.validate()
-        given = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
         # only the options of the modalities in use fix bytes: record those
         return styles, {k: v for k, v in given.items()
                         if v is not None and k.split("_")[0] in styles}
@@ -136,6 +139,7 @@ SLIDING_WINDOW_CONTENT: dict[str, Any] = {
 
 
 @spec
+@dataclass(frozen=True)
 class Output:
     """Where a generator writes and how it runs (none of this changes the dataset's bytes)."""
 

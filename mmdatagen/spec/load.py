@@ -1,6 +1,7 @@
 """Load-generator specs: ``bench`` and ``ab`` (the dataset, the load, the target)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +19,7 @@ AB_DEFAULTS = {"concurrency": None, "warmup_request_count": 3, "extra_inputs": S
 
 
 @spec
+@dataclass(frozen=True)
 class Load:
     """What ``bench`` and ``ab`` send, how fast, and how a run ends."""
 
@@ -84,6 +86,7 @@ class Load:
 
 
 @spec
+@dataclass(frozen=True)
 class Repeats:
     """``sweep``: runs per grid point."""
 
@@ -92,6 +95,7 @@ class Repeats:
 
 
 @spec
+@dataclass(frozen=True)
 class BenchTarget:
     """``bench``: where the requests go and where the exports land."""
 
@@ -102,6 +106,7 @@ class BenchTarget:
 
 
 @spec
+@dataclass(frozen=True)
 class AbRuns:
     """``ab``: what differs between run A and run B, and where the comparison goes."""
 

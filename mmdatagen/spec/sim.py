@@ -1,6 +1,7 @@
 """Simulator specs: the engine profile, ``serve``'s server and faults, ``simulate``'s run."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import common
@@ -8,6 +9,7 @@ from .base import option, spec
 
 
 @spec
+@dataclass(frozen=True)
 class Engine:
     """Which performance model, and overrides of its scheduler limits."""
 
@@ -19,6 +21,7 @@ class Engine:
 
 
 @spec
+@dataclass(frozen=True)
 class Server:
     """``serve``: where it listens and how it answers."""
 
@@ -36,6 +39,7 @@ class Server:
 
 
 @spec
+@dataclass(frozen=True)
 class Faults:
     """``serve``: seeded fault injection (see sim/faults.py)."""
 
@@ -65,6 +69,7 @@ class Faults:
 
 
 @spec
+@dataclass(frozen=True)
 class VirtualRun:
     """``simulate``: the benchmark to predict in virtual time."""
 

@@ -1,6 +1,7 @@
 """Workload specs: what the plan is made of (``pool``, ``sliding-window``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from .base import SpecError, option, spec
@@ -30,6 +31,7 @@ def check_references(name: str, refs: int, what: str) -> None:
 
 
 @spec
+@dataclass(frozen=True)
 class PoolWorkload:
     """Single-turn rows drawing images from a pool with controlled reuse."""
 
@@ -93,6 +95,7 @@ class PoolWorkload:
 
 
 @spec
+@dataclass(frozen=True)
 class SlidingWindowWorkload:
     """Per-user sessions whose consecutive turns share images."""
 
