@@ -47,7 +47,8 @@ def test_pool_defaults_are_the_reference(run_cli, tmp_path, monkeypatch):
     assert len({r["text"] for r in rows}) == 1000
     manifest = read_manifest(path)
     assert manifest.params["pool_size"] == 200 and len(manifest.images) == 200
-    assert manifest.rows[0] == [manifest.images[0].id] or len(manifest.rows) == 1000
+    ref_of = {im.id: im.ref for im in manifest.images}
+    assert [[ref_of[i] for i in ids] for ids in manifest.rows] == [r["images"] for r in rows]
     img = decode(refs[0])
     assert img.size == (640, 480) and img.format == "JPEG"
 

@@ -112,6 +112,7 @@ def run_pod(run_cli, doc, volume, env=None, extra=()) -> list[str]:
     return words
 
 
+@pytest.mark.slow
 def test_indexed_job_shards_merge_to_single_process_bytes(run_cli, volume, tmp_path):
     doc = job("job-sharded.yaml")
     count = doc["spec"]["completions"]
@@ -134,6 +135,7 @@ def test_indexed_job_shards_merge_to_single_process_bytes(run_cli, volume, tmp_p
     assert first["images"][0].startswith(str(volume["data"])) and Path(first["images"][0]).is_file()
 
 
+@pytest.mark.slow
 def test_sliding_window_job(run_cli, volume):
     words = run_pod(run_cli, job("job-sliding-window.yaml"), volume, extra=SMALL_SW)
     out = Path(words[words.index("--output") + 1])
@@ -151,6 +153,7 @@ def simulator():
         yield server.url
 
 
+@pytest.mark.slow
 def test_seed_a_job_then_bench_job(run_cli, volume, simulator):
     words = run_pod(run_cli, job("job-seed-a.yaml"), volume)
     out = Path(words[words.index("--output") + 1])

@@ -8,7 +8,7 @@ import time
 
 import orjson
 import pytest
-from test_loadgen_helpers import Stub, write_jsonl
+from loadgen_helpers import Stub, write_jsonl
 
 from mmdatagen.loadgen import compare as cmp
 

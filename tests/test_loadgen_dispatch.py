@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from test_loadgen_helpers import Stub, bench_config, write_jsonl
+from loadgen_helpers import Stub, bench_config, write_jsonl
 
 from mmdatagen.errors import UserError
 from mmdatagen.io.readers import iter_turns

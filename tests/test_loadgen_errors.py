@@ -6,7 +6,7 @@ import socket
 
 import orjson
 import pytest
-from test_loadgen_helpers import Stub, bench_config, write_jsonl
+from loadgen_helpers import Stub, bench_config, write_jsonl
 
 from mmdatagen.loadgen.client import Result, _Exchange
 from mmdatagen.loadgen.run import run_bench

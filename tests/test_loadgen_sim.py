@@ -6,11 +6,9 @@ import io
 
 import numpy as np
 import pytest
-from test_loadgen_helpers import write_jsonl
+from loadgen_helpers import write_jsonl
 
 from mmdatagen.loadgen.run import BenchConfig, run_bench
-
-pytest.importorskip("mmdatagen.sim.embedded")
 
 
 def _dataset(tmp_path, n=40, distinct=8):

@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "cache_sizing.ipynb"
 
@@ -16,6 +17,7 @@ def test_notebook_is_stored_without_outputs():
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+@pytest.mark.slow
 def test_notebook_runs_end_to_end(tmp_path):
     from nbclient import NotebookClient
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -28,6 +30,7 @@ def test_role_commands_are_found():
     assert {c[1] for c in commands} >= {"pool", "simulate", "bench", "compare", "analyze", "merge"}
 
 
+@pytest.mark.slow
 def test_role_commands_run_as_written(tmp_path):
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     for words in role_commands():

@@ -18,7 +18,7 @@ from mmdatagen.metrics import RequestRecord
 from mmdatagen.report import aggregate, figures
 
 from browser_helpers import inspect_page
-from test_loadgen_helpers import write_jsonl
+from loadgen_helpers import write_jsonl
 
 
 def rec(i, start_ms, ttft_ms, end_ms, tokens=5, ok=True, phase="profiling", hits=None,
