@@ -18,65 +18,14 @@ from typing import Any
 
 import orjson
 
-from ..errors import DatasetError, UserError
+from ..errors import DatasetError
 from ..io.encode import encode_file
 from ..io.imageref import parse_ref, resolve_path
 from ..io.readers import Turn
+from ..spec.values import coerce_value, parse_extra_inputs, parse_headers  # noqa: F401
 
 ENDPOINT_TYPES = ("chat", "completions")
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-def coerce_value(text: str) -> Any:
-    """AIPerf-style coercion of an ``--extra-inputs`` value: bool, int, float, JSON, else str."""
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("null", "none"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    if text[:1] in "[{\"":
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    return text
-
-
-def parse_extra_inputs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """``["max_tokens:150", "ignore_eos:true", '{"a": 1}']`` -> ordered dict with coerced values."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        pair = pair.strip()
-        if pair.startswith("{"):
-            try:
-                obj = orjson.loads(pair)
-            except orjson.JSONDecodeError:
-                raise UserError(f"--extra-inputs {pair!r} is not valid JSON") from None
-            if not isinstance(obj, dict):
-                raise UserError("--extra-inputs JSON must be an object")
-            out.update(obj)
-            continue
-        key, sep, value = pair.partition(":")
-        if not sep or not key.strip():
-            raise UserError(f"--extra-inputs expects KEY:VALUE, got {pair!r}")
-        out[key.strip()] = coerce_value(value.strip())
-    return out
-
-
-def parse_headers(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``--header K:V`` pairs -> dict (first colon splits)."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition(":")
-        if not sep or not key.strip() or any(c in pair for c in "\r\n"):
-            raise UserError(f"--header expects KEY:VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 class ImageEncoder:

@@ -84,7 +84,7 @@ class Study:
 def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
                      run: VirtualRun, geometry: Geometry | None = None) -> Study:
     """Run ``simulate``: the export of one virtual run, or one row per swept cache size."""
-    from ..loadgen.payload import parse_extra_inputs
+    from ..spec.values import parse_extra_inputs
 
     prof = load_engine_profile(engine, cache)
     if not Path(dataset).is_file():
