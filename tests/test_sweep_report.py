@@ -224,7 +224,7 @@ def test_url_sweep_on_a_server_without_metrics_says_so_once(tmp_path):
     import subprocess
     import sys
 
-    from test_loadgen_helpers import Stub
+    from loadgen_helpers import Stub
 
     data = write_jsonl(tmp_path / "d.jsonl", [{"text": f"q{i}"} for i in range(6)])
     with Stub() as stub:
