@@ -140,3 +140,35 @@ def test_every_target_cites_its_engine_sources(name):
     t = get_target(name)
     assert t.sources and all(" " in s and "/" in s for s in t.sources)
     assert t.capacity(1.0) > 0 and t.unit in ("GiB", "MiB", "tokens")
+
+
+@pytest.mark.parametrize("name", ["vllm-processor", "vllm-encoder", "dynamo-embedding"])
+def test_mixed_image_video_audio_predicted_equals_measured(tmp_path, name):
+    """Videos and audios share the cache with the images: the loader counts every item the
+    simulator counts, keyed and sized by the same services."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "mixed.jsonl"
+    subprocess.run([sys.executable, "-m", "mmdatagen", "pool", "-n", "16", "--pool-size", "4",
+                    "--reuse", "uniform", "--image-size", "64x48", "--videos-per-request", "1",
+                    "--video-pool-size", "3", "--video-size", "64x48", "--video-frames", "4",
+                    "--audios-per-request", "1", "--audio-pool-size", "2",
+                    "--audio-duration", "0.5", "--delivery", "data-url", "--text-tokens", "8",
+                    "-o", str(data), "-q"], check=True, capture_output=True, timeout=300)
+    target = get_target(name)
+    capacity = {"GiB": 0.0004, "tokens": 200.0}.get(target.unit, 1.0)
+
+    async def go():
+        prof = fast_profile().for_cache(name)
+        async with running(prof, capacity) as (url, sim, _):
+            cfg = BenchConfig(input_file=data, model=MODEL, url=url, concurrency=4,
+                              streaming=True, output_dir=tmp_path / "o", quiet=True,
+                              extra_inputs={"max_tokens": 3}, cache=name, cache_gb=capacity)
+            return await _run_async(cfg, url)
+    res = asyncio.run(go())
+    cache = res.export["image_cache"]
+    assert cache["measured"]["hits"] + cache["measured"]["misses"] == 16 * 3
+    assert cache["predicted"]["references"] == 16 * 3
+    assert cache["predicted"]["hits"] == cache["measured"]["hits"]
+    assert 0 < cache["measured"]["hits"] < 16 * 3 - 9  # evicting, and not trivially all-miss

@@ -33,6 +33,13 @@ from ..io.readers import Turn
 from ..vlm import VisionModel
 
 
+class _MediaError(Exception):
+    """A media part the prediction cannot size (the server answers 400 to it)."""
+
+    def __init__(self, status: int = 400, message: str = "") -> None:
+        super().__init__(message)
+
+
 @dataclass
 class _Request:
     items: list[tuple]
@@ -52,6 +59,7 @@ class ImageTracker:
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
+        self._media_resolver = None
         self._sizes: dict[tuple[int, int], int] = {}
 
     def _size(self, w: int, h: int) -> int:
@@ -72,23 +80,43 @@ class ImageTracker:
         key = ident.key if ident is not None else ("undecodable", url)
         return key, self._size(w, h)
 
+    def _media(self, part: dict) -> tuple[tuple, int]:
+        """A ``video_url`` / ``input_audio`` part, keyed and sized as the simulator does."""
+        if self._media_resolver is None:
+            from ..io.mediaref import MediaResolver
+
+            self._media_resolver = MediaResolver(self.model, self.target, _MediaError)
+        kind = "video" if part.get("type") == "video_url" else "audio"
+        try:
+            return getattr(self._media_resolver, kind)(
+                part, lambda key, tokens, prompt, size, remote: (key, size))
+        except (_MediaError, DatasetError):
+            self.undecodable += 1
+            return ("undecodable", kind, len(self.requests)), 0
+
     def on_start(self, turn: Turn, history: list[dict] | None) -> None:
-        """Called just before a request is sent (so in dispatch order)."""
-        refs: list[tuple[str, str | None]] = []
+        """Called just before a request is sent (so in dispatch order): the request's media
+        parts exactly as they go on the wire (history first, then the turn: texts, images,
+        audios, videos), each identified and sized as the server's cache would."""
+        from .payload import user_content
+
+        parts: list[dict] = []
         for msg in history or ():
             content = msg.get("content")
             if isinstance(content, list):
-                for part in content:
-                    if part.get("type") == "image_url":
-                        refs.append((part["image_url"]["url"], part.get("uuid")))
-        uuids = turn.image_uuids or []
-        images = turn.images or [""] * len(uuids)
-        for i, ref in enumerate(images):
-            refs.append((self.encoder.url(ref) if ref else "",
-                         uuids[i] if i < len(uuids) else None))
+                parts.extend(content)
+        content = user_content(turn, self.encoder)
+        if isinstance(content, list):
+            parts.extend(content)
         keys, sizes = [], []
-        for url, uuid in refs:
-            key, size = self._key_size(url, uuid)
+        for part in parts:
+            ptype = part.get("type")
+            if ptype == "image_url":
+                key, size = self._key_size(part["image_url"]["url"], part.get("uuid"))
+            elif ptype in ("video_url", "input_audio"):
+                key, size = self._media(part)
+            else:
+                continue
             keys.append(key)
             sizes.append(size)
         self.requests.append(_Request(request_items(self.target, keys, sizes), len(keys)))
@@ -179,7 +207,8 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
         note = f"no cache prediction: {exc}"
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
-    return ImageTracker(model, target, cfg.cache_gb, encoder), None
+    capacity = target.default_capacity if cfg.cache_gb is None else cfg.cache_gb
+    return ImageTracker(model, target, capacity, encoder), None
 
 
 def embedded_cache_args(cfg: Any) -> list[str]:

@@ -48,7 +48,7 @@ class BenchConfig:
     api_key: str | None = None
     endpoint_type: str = "chat"
     profile: str = "qwen3-vl-30b-gb200"
-    cache_gb: float = 10.0  # capacity of the cache target, in its own unit (GiB, MiB, tokens)
+    cache_gb: float | None = 10.0  # the target's capacity in its own unit; None: its default
     cache: str = "dynamo-embedding"
     cache_explicit: bool = False  # --cache given (the embedded simulator then runs it)
     model_path: str | None = None
@@ -425,7 +425,7 @@ def check_config(cfg: BenchConfig) -> None:
         from ..sim.profile import load_profile
 
         load_profile(cfg.profile)
-        if cfg.cache_gb < 0:
+        if cfg.cache_gb is not None and cfg.cache_gb < 0:
             raise UserError("the cache size must not be negative")
 
 

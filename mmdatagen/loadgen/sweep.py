@@ -244,6 +244,8 @@ def _dataset_prediction(cfg: SweepConfig, prof, cache_gb: float, memo: dict) -> 
     if not cfg.base.predict:
         return None
     target = prof.cache_target()
+    if cache_gb is None:
+        cache_gb = target.default_capacity
     key = (target.name, target.key, target.present, prof.model, cache_gb)
     if key in memo:
         return memo[key]

@@ -36,7 +36,7 @@ class EmbeddedServer:
     """The simulator as a child process that dies with this one (even on SIGKILL: the kernel
     sends it SIGTERM) and leaves nothing on disk: its address comes from its first stdout line."""
 
-    def __init__(self, profile: str = "qwen3-vl-30b-gb200", cache_gb: float = 10.0,
+    def __init__(self, profile: str = "qwen3-vl-30b-gb200", cache_gb: float | None = 10.0,
                  extra_args: list[str] | tuple[str, ...] = (), time_scale: float = 1.0,
                  startup_timeout: float = 30.0, grace: float = 5.0) -> None:
         self.profile, self.cache_gb = profile, cache_gb
@@ -49,7 +49,8 @@ class EmbeddedServer:
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "mmdatagen", "serve", "--host", "127.0.0.1", "--port", "0",
-                "--profile", self.profile, "--embedding-cache-gb", str(self.cache_gb),
+                "--profile", self.profile,
+                *(() if self.cache_gb is None else ("--cache-size", str(self.cache_gb))),
                 "--time-scale", str(self.time_scale), *self.extra_args]
 
     def start(self) -> EmbeddedServer:

@@ -82,10 +82,14 @@ class SimRequest:
 class Engine:
     """Waiting queue, running batch, embedding cache and the serial frontend of one worker."""
 
-    def __init__(self, profile: Profile, capacity: float) -> None:
-        """``capacity`` is in the unit of the profile's cache target (GiB, MiB or tokens)."""
+    def __init__(self, profile: Profile, capacity: float | None) -> None:
+        """``capacity`` is in the unit of the profile's cache target (GiB, MiB or tokens);
+        None: the target's default."""
         self.p = profile
         self.target = profile.cache_target()
+        if capacity is None:
+            capacity = self.target.default_capacity
+        self.capacity = capacity
         self.cache = make_cache(self.target, self.target.capacity(capacity))
         self.cache_seq = 0  # cache events so far: lookups and finishes, in the order they happen
         self.waiting: deque[SimRequest] = deque()

@@ -116,9 +116,9 @@ class SimServer:
                  served_names: tuple[str, ...] = (), model: VisionModel | None = None) -> None:
         """``cache_gb``: the capacity of the profile's cache target, in that target's unit."""
         self.p = profile
-        self.cache_gb = cache_gb
         self.model = model or resolve_model(profile.model)
         self.engine = Engine(profile, cache_gb)
+        self.cache_gb = self.engine.capacity
         # per X-Request-ID: [lookup event, finish event] of the cache timeline (bounded)
         self.timeline: OrderedDict[str, list[int | None]] = OrderedDict()
         self.driver = RealtimeDriver(self.engine, time_scale)

@@ -113,8 +113,8 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     assert engine is not None  # a run always has its engine
     counters = engine.cache.counters()
     config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
-              "cache": prof.cache_target().name, "cache_size": cache.embedding_cache_gb,
-              "cache_unit": prof.cache_target().unit, "embedding_cache_gb": cache.embedding_cache_gb,
+              "cache": prof.cache_target().name, "cache_size": res.engine.capacity,
+              "cache_unit": prof.cache_target().unit, "embedding_cache_gb": res.engine.capacity,
               "key_mode": prof.cache_target().key, "register": prof.cache_target().present,
               "concurrency": concurrency,
               "request_rate": run.request_rate,

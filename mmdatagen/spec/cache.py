@@ -71,8 +71,11 @@ class SimCache:
 
     cache: str | None = option(None, "--cache", CACHE_HELP + " Default: the profile's.",
                                choices=TARGETS)
-    embedding_cache_gb: float = option(10.0, "--cache-size", SIZE_HELP + "; 0 = off.", min=0,
-                                       max=SIZE_MAX, aliases=("--embedding-cache-gb",))
+    embedding_cache_gb: float | None = option(None, "--cache-size", SIZE_HELP + "; 0 = off. "
+                                              "Default: the target's (10 GiB for Dynamo's, "
+                                              "vLLM's own defaults for vLLM's).", kind=float,
+                                              min=0, max=SIZE_MAX,
+                                              aliases=("--embedding-cache-gb",))
     key_mode: KeyMode | None = option(None, "--key-mode", "Cache key: encoded bytes (vLLM), "
                                       "pixels (Dynamo aggregated), reference string (Dynamo "
                                       "disaggregated), uuid. Default: profile's.",
@@ -101,9 +104,10 @@ class BenchCache:
     cache: str | None = option(None, "--cache", CACHE_HELP + " The embedded simulator runs it "
                                "and the prediction sizes it. Default: dynamo-embedding.",
                                choices=TARGETS)
-    cache_gb: float = option(10.0, "--cache-size", SIZE_HELP + ": the embedded simulator's, "
-                             "and the predicted hits'.", min=0, max=SIZE_MAX,
-                             aliases=("--cache-gb",))
+    cache_gb: float | None = option(None, "--cache-size", SIZE_HELP + ": the embedded "
+                                    "simulator's, and the predicted hits'. Default: the "
+                                    "target's.", kind=float, min=0, max=SIZE_MAX,
+                                    aliases=("--cache-gb",))
 
 
 @spec
