@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from .errors import UserError
 
@@ -169,14 +170,14 @@ def model_from_folder(folder: str | Path) -> VisionModel:
     if not (folder / "config.json").is_file():
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json)")
     cfg = _read_json(folder / "config.json")
-    pre: dict = {}
+    pre: dict[str, Any] = {}
     if (folder / "preprocessor_config.json").is_file():
         pre = _read_json(folder / "preprocessor_config.json")
     elif (folder / "processor_config.json").is_file():
         pre = _read_json(folder / "processor_config.json").get("image_processor") or {}
-    text = cfg.get("text_config") or cfg
-    vision = cfg.get("vision_config") or {}
-    size = pre.get("size") if isinstance(pre.get("size"), dict) else {}
+    text: dict[str, Any] = cfg.get("text_config") or cfg
+    vision: dict[str, Any] = cfg.get("vision_config") or {}
+    size: dict[str, Any] = pre["size"] if isinstance(pre.get("size"), dict) else {}
     dtype = _first(text.get("dtype"), text.get("torch_dtype"), cfg.get("dtype"),
                    cfg.get("torch_dtype"), "bfloat16")
     fields = {
@@ -211,7 +212,7 @@ def with_geometry(model: VisionModel, **overrides: int | None) -> VisionModel:
     for k, v in changes.items():
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise UserError(f"geometry value {k} must be a positive integer, got {v!r}")
-    return replace(model, **changes) if changes else model
+    return replace(model, **changes) if changes else model  # type: ignore[arg-type]
 
 
 def resolve_model(name: str | None = None, path: str | Path | None = None,
@@ -225,9 +226,9 @@ def resolve_model(name: str | None = None, path: str | Path | None = None,
         base = model_from_folder(name)
     elif name and _known(name):
         base = get_model(name)
-    elif all(geometry.get(k) for k in ("patch_size", "merge_size", "hidden_size")):
-        base = VisionModel(name=name or "custom", hidden_size=int(geometry["hidden_size"]),
-                           family="custom")
+    elif (hidden := geometry.get("hidden_size")) and geometry.get("patch_size") \
+            and geometry.get("merge_size"):
+        base = VisionModel(name=name or "custom", hidden_size=int(hidden), family="custom")
     elif name:
         raise UserError(f"unknown model {name!r} (not in the registry, not a local folder): "
                         "give --model-path DIR (config.json + preprocessor_config.json) or the "

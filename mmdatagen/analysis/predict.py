@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -167,9 +168,9 @@ class _Eval:
     """How one analysis answers: counts at a capacity (entry unit or images), the best case,
     the smallest capacity for a hit count, the curve, and whether it was sampled."""
 
-    at_size: object
-    at_images: object
-    smallest: object
+    at_size: Callable[[float], dict]
+    at_images: Callable[[float], dict]
+    smallest: Callable[[float, bool], int | None]
     curve: Curve
     sampled: bool
     method: str
@@ -185,7 +186,10 @@ def _stack_eval(curve: Curve, count_curve: Curve | None, method: str) -> _Eval:
         return at(c, count_curve)
 
     def smallest(min_hits, unit):
-        return (count_curve if unit else curve).smallest_capacity(min_hits)
+        if unit and count_curve is None:
+            return None
+        return (count_curve if unit and count_curve is not None else curve
+                ).smallest_capacity(min_hits)
     return _Eval(at, at_images, smallest, curve, False, method)
 
 
@@ -254,8 +258,8 @@ def _concurrency_model(sem: Semantics, t: CacheTarget, depends: bool) -> str:
             f"{sem.orders} orders (first-in first-out and {sem.orders - 1} seeded random)")
 
 
-def analyze(trace: Trace, model: VisionModel, sem: Semantics, cache_bytes: list[float] = (),
-            cache_images: list[int] = (), unknown_size: tuple[int, int] | None = None,
+def analyze(trace: Trace, model: VisionModel, sem: Semantics,
+            cache_bytes: Sequence[float] = (), cache_images: Sequence[int] = (), unknown_size: tuple[int, int] | None = None,
             want_curve: bool = True) -> Analysis:
     """Predict hit rates of ``trace`` for the asked capacities (``cache_bytes``: in the
     target's entry unit, bytes or tokens; ``cache_images``: entries) and thresholds."""

@@ -144,7 +144,7 @@ class FreeableCache(CacheModel):
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
         self._size: dict[Hashable, int] = {}
-        self._users: dict[Hashable, set] = {}
+        self._users: dict[Hashable, set[Hashable]] = {}
         self._freeable: OrderedDict[Hashable, int] = OrderedDict()
         self._held: dict[Hashable, list[Hashable]] = {}
         self._freeable_total = 0
@@ -166,7 +166,7 @@ class FreeableCache(CacheModel):
             users = self._users.get(key)
             hit = self._count(users is not None)
             flags.append(hit)
-            if hit:
+            if users is not None:
                 if not users:
                     self._freeable_total -= self._freeable.pop(key)
                 users.add(rid)

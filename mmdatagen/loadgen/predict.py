@@ -59,7 +59,7 @@ class ImageTracker:
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
-        self._media_resolver = None
+        self._media_resolver: Any = None
         self._sizes: dict[tuple[int, int], int] = {}
 
     def _size(self, w: int, h: int) -> int:

@@ -14,7 +14,7 @@ from .run import BenchConfig, BenchResult, check_config
 AB_CONCURRENCY = 64
 
 
-def bench_config(load: Load, *, url: str | None, cache_gb: float, output_dir: Path,
+def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_dir: Path,
                  profile: str | None = None, sim_args: tuple[str, ...] = (),
                  goodput: tuple[str, ...] = (), cache: str | None = None,
                  geometry: Geometry | None = None) -> BenchConfig:

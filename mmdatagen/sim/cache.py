@@ -12,7 +12,7 @@ class EmbeddingCache(OrderedCache):
     def __init__(self, capacity_bytes: int) -> None:
         super().__init__(capacity_bytes)
 
-    def lookup(self, key, items=None):  # type: ignore[override]
+    def lookup(self, key, items=None):
         """``lookup(key)`` counts one query and refreshes a hit (inserts nothing)."""
         if items is not None:
             return super().lookup(key, items)

@@ -171,7 +171,8 @@ class Engine:
         budget = p.token_budget
         scheduled = self._scheduled
         scheduled.clear()
-        n_decode = prefill = enc_tokens = enc_images = 0
+        n_decode = prefill = 0
+        enc_tokens = enc_images = 0.0
         for r in self.running:
             if r.prefilled >= r.prompt_tokens:
                 n_decode += 1

@@ -130,6 +130,7 @@ class SimServer:
         self.models = frozenset(self.names) | {self.model.name}
         self.max_body = int(profile.max_body_mb * (1 << 20))
         self._ids = itertools.count()
+        self._rids = itertools.count()  # one per request: the cache model tracks users by it
         self.c = dict.fromkeys(("requests", "errors", "ok", "prompt_tokens", "gen_tokens",
                                 "aborted", "faults_error", "faults_disconnect",
                                 "faults_stall", "faults_malformed", "in_flight"), 0)
@@ -300,7 +301,7 @@ class SimServer:
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         responder = Responder(parsed, f"{prefix}sim-{next(self._ids)}")
         waiter = _Waiter(parsed.stream)
-        sreq = SimRequest(0, parsed.text_tokens, parsed.images, parsed.target_tokens,
+        sreq = SimRequest(next(self._rids), parsed.text_tokens, parsed.images, parsed.target_tokens,
                           notify=waiter)
         self.c["in_flight"] += 1
         try:

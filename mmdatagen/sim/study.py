@@ -106,15 +106,18 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     from ..export import build_export, write_exports
     from .virtual import run_simulation
 
-    res = run_simulation(dataset, prof, cache.embedding_cache_gb, concurrency, run.request_count,
+    target = prof.cache_target()
+    capacity = target.default_capacity if cache.embedding_cache_gb is None \
+        else cache.embedding_cache_gb
+    res = run_simulation(dataset, prof, capacity, concurrency, run.request_count,
                          run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
                          run.arrival, run.seed, model=kw["model"])
     engine = res.engine
     assert engine is not None  # a run always has its engine
     counters = engine.cache.counters()
     config = {"mode": "simulate", "dataset": str(dataset), "profile": prof.name,
-              "cache": prof.cache_target().name, "cache_size": res.engine.capacity,
-              "cache_unit": prof.cache_target().unit, "embedding_cache_gb": res.engine.capacity,
+              "cache": target.name, "cache_size": capacity, "cache_unit": target.unit,
+              "embedding_cache_gb": capacity,
               "key_mode": prof.cache_target().key, "register": prof.cache_target().present,
               "concurrency": concurrency,
               "request_rate": run.request_rate,
