@@ -72,19 +72,44 @@ def events(num_rows: int, in_flight: int, sessions: np.ndarray | None = None,
     return np.array(out, np.int64)
 
 
-def _random_file_events(num_rows: int, in_flight: int, rng) -> np.ndarray:
-    out: list[int] = []
-    running: list[int] = []
-    nxt = 0
-    while nxt < num_rows or running:
-        while nxt < num_rows and len(running) < in_flight:
-            running.append(nxt)
-            out.append(nxt)
+def random_events_kernel(n, k, draws, out):
+    """File dispatch, ``k`` in flight, the next completion drawn among those in flight."""
+    running = np.empty(max(k, 1), np.int64)
+    cnt = nxt = pos = d = 0
+    while nxt < n or cnt:
+        while nxt < n and cnt < k:
+            running[cnt] = nxt
+            cnt += 1
+            out[pos] = nxt
+            pos += 1
             nxt += 1
-        k = int(rng.integers(len(running)))
-        running[k], running[-1] = running[-1], running[k]
-        out.append(~running.pop())
-    return np.array(out, np.int64)
+        j = draws[d] % cnt
+        d += 1
+        out[pos] = ~running[j]
+        pos += 1
+        running[j] = running[cnt - 1]
+        cnt -= 1
+    return out
+
+
+_RANDOM_EVENTS = None
+
+
+def _random_file_events(num_rows: int, in_flight: int, rng) -> np.ndarray:
+    global _RANDOM_EVENTS
+    draws = rng.integers(0, 1 << 62, size=max(num_rows, 1))
+    out = np.empty(2 * num_rows, np.int64)
+    fn = random_events_kernel
+    if num_rows > 30_000:
+        if _RANDOM_EVENTS is None:
+            try:
+                import numba
+
+                _RANDOM_EVENTS = numba.njit(cache=True, nogil=True)(random_events_kernel)
+            except ImportError:  # pragma: no cover
+                _RANDOM_EVENTS = random_events_kernel
+        fn = _RANDOM_EVENTS
+    return fn(num_rows, in_flight, draws, out)
 
 
 def session_rows(sessions: np.ndarray) -> list[np.ndarray]:

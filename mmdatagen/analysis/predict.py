@@ -250,6 +250,8 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
 
 
 def _concurrency_model(sem: Semantics, t: CacheTarget, depends: bool) -> str:
+    if depends and sem.in_flight == 1:
+        return "one request in flight: each completes before the next starts (one order)"
     if not depends:
         return ("none needed: entries are present from their lookup, so only the dispatch "
                 "order counts" + (" (file order)" if sem.dispatch == "file" else ""))
@@ -288,7 +290,7 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
 
     caps = [row(int(c), None, ev_.at_size(int(c))) for c in cache_bytes]
     caps += [row(None, int(c), ev_.at_images(int(c))) for c in cache_images]
-    if depends and sem.orders > 1 and cache_bytes:
+    if depends and sem.orders > 1 and sem.in_flight > 1 and cache_bytes:
         spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes])
         for r, s_ in zip(caps, spread):
             r["spread"] = s_
