@@ -235,3 +235,39 @@ def test_dev_reset_endpoints(vllm_server, tiny_model, tmp_path):
                                      third["encoder_runs"]],
                     "reference_encoder_runs": [cold["encoder_runs"], warm["encoder_runs"],
                                                cold["encoder_runs"]]})
+
+
+@pytest.mark.parametrize("generator,gen_args", [
+    ("pool", ["-n", "30", "--pool-size", "12", "--images-per-request", "3", "--reuse", "uniform",
+              "--image-size", MIXED, "--seed", "21"]),
+    ("sliding-window", ["--users", "3", "--turns", "5", "--window", "3",
+                        "--image-size", "640x480:1,448x336:1", "--seed", "22"]),
+], ids=["pool multi-image", "sliding-window sessions"])
+def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generator, gen_args):
+    """bench's own prediction of vLLM's encoder cache (``--cache vllm-encoder``, its budget in
+    tokens): predicted misses == the encoder runs the engine logged (prefix caching off)."""
+    if "--cache" not in bench_help():
+        pytest.fail("bench has no --cache option")
+    dataset = tmp_path / "data.jsonl"
+    mmdatagen(generator, *gen_args, "--text-tokens", "16", "--output-length", "2",
+              "--output", dataset, "--quiet", "--force")
+    budget = vllm_server.logged_encoder_budget() or max(SERVER["max_num_batched_tokens"], 1280)
+    offset = vllm_server.settled_offset()
+    out = tmp_path / "bench"
+    mmdatagen("bench", "--input-file", dataset, "--url", vllm_server.url, "--model", tiny_model,
+              "--concurrency", 1, "--output-dir", out, "--quiet",
+              "--cache", "vllm-encoder", "--cache-size", budget,
+              "--extra-inputs", "ignore_eos:true", "--extra-inputs", "skip_special_tokens:false")
+    end = vllm_server.settled_offset()
+    export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
+    pred = export["image_cache"]["predicted"]
+    runs = vllm_server.encoder_runs(offset, end)["encoder_inputs"]
+    RESULTS.append({"workload": f"{generator}: bench --cache vllm-encoder", "concurrency": 1,
+                    "processor_cache_bytes": budget, "references": pred["references"],
+                    "reference_hits": None, "reference_hits_server_order": None,
+                    "bench_predicted_hits": pred["hits"], "bench_predicted_cache": pred["cache"],
+                    "engine_hits": None, "engine_queries": None, "encoder_runs": runs,
+                    "reference_encoder_runs": pred["misses"]})
+    assert pred["cache"] == "vllm-encoder" and pred["unit"] == "tokens", pred
+    assert pred["misses"] == runs, (pred, runs)
+    assert 0 < pred["hits"] < pred["references"]
