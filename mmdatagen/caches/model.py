@@ -39,6 +39,9 @@ class CacheModel:
     def finish(self, rid: Hashable) -> None:
         """Default: nothing happens after the lookups."""
 
+    def abort(self, rid: Hashable) -> None:
+        """The request went away before its later moment: default, nothing is kept for it."""
+
     def __len__(self) -> int:
         raise NotImplementedError
 
@@ -110,6 +113,9 @@ class OrderedCache(CacheModel):
     def finish(self, rid: Hashable) -> None:
         for key, size in self._pending.pop(rid, ()):
             self.insert(key, size)
+
+    def abort(self, rid: Hashable) -> None:
+        self._pending.pop(rid, None)  # never encoded or completed: nothing becomes present
 
     def insert(self, key: Hashable, size: int) -> None:
         """Store (or, for an LRU, refresh) an entry, evicting from the old end to fit."""
@@ -200,6 +206,9 @@ class FreeableCache(CacheModel):
             if not users:
                 self._freeable[key] = self._size[key]
                 self._freeable_total += self._size[key]
+
+    def abort(self, rid: Hashable) -> None:
+        self.finish(rid)  # an aborted request releases its entries
 
 
 def make_cache(target: CacheTarget, capacity: int) -> CacheModel:

@@ -256,8 +256,11 @@ class Engine:
         """Drop a request (client went away); its slot frees at the next step."""
         req.done = True
         req.notify = None
-        if self.target.eviction == "freeable":
-            self._finish(req)  # an aborted request releases its entries
+        if req.lookup_seq is not None and req.finish_seq is None:
+            if self.target.eviction == "freeable":
+                self._finish(req)  # its entries are released: an event the timeline shows
+            else:
+                self.cache.abort(req.rid)  # its pending entries never become present
         if req in self.waiting:
             self.waiting.remove(req)
         else:
