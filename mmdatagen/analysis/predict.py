@@ -261,8 +261,8 @@ def _concurrency_model(sem: Semantics, t: CacheTarget, depends: bool) -> str:
 
 
 def analyze(trace: Trace, model: VisionModel, sem: Semantics,
-            cache_bytes: Sequence[float] = (), cache_images: Sequence[int] = (), unknown_size: tuple[int, int] | None = None,
-            want_curve: bool = True) -> Analysis:
+            cache_bytes: Sequence[float] = (), cache_images: Sequence[int] = (),
+            unknown_size: tuple[int, int] | None = None, want_curve: bool = True) -> Analysis:
     """Predict hit rates of ``trace`` for the asked capacities (``cache_bytes``: in the
     target's entry unit, bytes or tokens; ``cache_images``: entries) and thresholds."""
     sem.check()
@@ -273,36 +273,17 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
     ev = None
     if depends:
         trace, ev = _dispatched(trace, sem, None)
-    ids, n = trace.ids, int(trace.ids.size)
-    used = np.flatnonzero(np.bincount(ids, minlength=sizes.size))
-    rows_with_images = int(np.count_nonzero(np.diff(trace.ref_row))) + 1 if n else 0
-    totals = {"references": n, "bytes": int(sizes[ids].sum()), "tokens": int(tokens[ids].sum()),
-              "requests_with_images": rows_with_images}
+    used = np.flatnonzero(np.bincount(trace.ids, minlength=sizes.size))
+    totals = _totals(trace, sizes, tokens)
     ev_ = _evaluate(t, trace, sizes, tokens, ev, sem, want_curve)
-    big = int(sizes[used].sum()) * 2 + 1
-    best = ev_.at_size(big)
-
-    def row(cap, cap_images, counts) -> dict:
-        out = {"capacity": None if cap is None else cap / UNIT_SCALE[t.unit], "unit": t.unit,
-               "capacity_gib": None if cap is None or t.unit == "tokens" else cap / GIB,
-               "capacity_bytes": cap, "capacity_images": cap_images, **_rates(counts, totals)}
-        return out
-
-    caps = [row(int(c), None, ev_.at_size(int(c))) for c in cache_bytes]
-    caps += [row(None, int(c), ev_.at_images(int(c))) for c in cache_images]
+    best = ev_.at_size(int(sizes[used].sum()) * 2 + 1)
+    caps = [_capacity_row(t, int(c), None, ev_.at_size(int(c)), totals) for c in cache_bytes]
+    caps += [_capacity_row(t, None, int(c), ev_.at_images(int(c)), totals)
+             for c in cache_images]
     if depends and sem.orders > 1 and sem.in_flight > 1 and cache_bytes:
         spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes])
         for r, s_ in zip(caps, spread):
             r["spread"] = s_
-    thresholds = []
-    for frac in FRACTIONS:
-        need = math.ceil(frac * best["hits"] - 1e-9)
-        b = ev_.smallest(need, False) if need > 0 else 0
-        i = ev_.smallest(need, True) if need > 0 and t.entry != "embedding-set" else None
-        thresholds.append({"fraction_of_best": frac, "hits": need, "capacity_bytes": b,
-                           "capacity": None if b is None else b / UNIT_SCALE[t.unit],
-                           "capacity_gib": None if b is None or t.unit == "tokens" else b / GIB,
-                           "capacity_images": 0 if need <= 0 else i})
     summary = {
         "source": trace.source, "info": trace.info,
         "model": {"name": model.name, "bytes_per_token": model.bytes_per_token,
@@ -313,16 +294,45 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
                       "in_flight": sem.in_flight if depends else None,
                       "method": ev_.method,
                       "concurrency_model": _concurrency_model(sem, t, depends)},
-        "requests": trace.num_rows, "requests_with_images": rows_with_images, "references": n,
-        "distinct_images": int(used.size), "compulsory_misses": int(used.size),
-        "unbounded_misses": n - best["hits"],
+        "requests": trace.num_rows, "requests_with_images": totals["requests_with_images"],
+        "references": totals["references"], "distinct_images": int(used.size),
+        "compulsory_misses": int(used.size),
+        "unbounded_misses": totals["references"] - best["hits"],
         "distinct_bytes": int(sizes[used].sum()),
         "entry_bytes": {"min": int(sizes[used].min()) if used.size else 0,
                         "max": int(sizes[used].max()) if used.size else 0,
                         "mean": float(sizes[used].mean()) if used.size else 0.0},
-        "best": _rates(best, totals), "capacities": caps, "thresholds": thresholds,
+        "best": _rates(best, totals), "capacities": caps,
+        "thresholds": _thresholds(t, ev_, best["hits"]),
     }
     return Analysis(summary, ev_.curve, ev_.sampled, totals)
+
+
+def _totals(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> dict:
+    ids, n = trace.ids, int(trace.ids.size)
+    return {"references": n, "bytes": int(sizes[ids].sum()), "tokens": int(tokens[ids].sum()),
+            "requests_with_images": int(np.count_nonzero(np.diff(trace.ref_row))) + 1 if n else 0}
+
+
+def _capacity_row(t: CacheTarget, cap: int | None, cap_images: int | None, counts: dict,
+                  totals: dict) -> dict:
+    return {"capacity": None if cap is None else cap / UNIT_SCALE[t.unit], "unit": t.unit,
+            "capacity_gib": None if cap is None or t.unit == "tokens" else cap / GIB,
+            "capacity_bytes": cap, "capacity_images": cap_images, **_rates(counts, totals)}
+
+
+def _thresholds(t: CacheTarget, ev_: _Eval, best_hits: int) -> list[dict]:
+    """The smallest capacity (entry unit, and in images) reaching each share of the best."""
+    out = []
+    for frac in FRACTIONS:
+        need = math.ceil(frac * best_hits - 1e-9)
+        b = ev_.smallest(need, False) if need > 0 else 0
+        i = ev_.smallest(need, True) if need > 0 and t.entry != "embedding-set" else None
+        out.append({"fraction_of_best": frac, "hits": need, "capacity_bytes": b,
+                    "capacity": None if b is None else b / UNIT_SCALE[t.unit],
+                    "capacity_gib": None if b is None or t.unit == "tokens" else b / GIB,
+                    "capacity_images": 0 if need <= 0 else i})
+    return out
 
 
 def _dispatched(trace: Trace, sem: Semantics, seed: int | None) -> tuple[Trace, np.ndarray]:

@@ -89,28 +89,36 @@ def format_report(a: Analysis) -> str:
                      "see --key uuid")
     if not s["references"]:
         lines.append("no image references: an embedding cache has nothing to do here")
-    if s["capacities"]:
-        lines += ["", f"{'capacity':>16} {'~entries':>9} {'hit rate':>9} {'byte hits':>9} "
-                      f"{'all-hit req':>11} {'tokens saved':>14}"]
-        for c in s["capacities"]:
-            if c["capacity_bytes"] is not None:
-                cap = (f"{c['capacity_gib']:g} GiB" if unit == "GiB" else
-                       f"{c.get('capacity', 0):,.0f} tokens" if unit == "tokens" else
-                       f"{c.get('capacity', 0):g} {unit}")
-                held = f"{int(c['capacity_bytes'] // eb['mean']):,}" if eb["mean"] else "-"
-            else:
-                cap, held = f"{c['capacity_images']:,} images", f"{c['capacity_images']:,}"
-            lines.append(f"{cap:>16} {held:>9} {_pct(c['hit_rate']):>9} "
-                         f"{_pct(c['byte_hit_rate']):>9} {_pct(c['full_request_rate']):>11} "
-                         f"{c['tokens_saved']:>14,}{_spread(c)}")
-        if any(c.get("spread") for c in s["capacities"]):
-            lines.append("[spread of the hit rate over completion orders: min .. max, median]")
+    lines += _capacity_lines(s, unit)
     lines.append("")
     for t in s["thresholds"]:
         imgs = "not reached" if t["capacity_images"] is None else f"{t['capacity_images']:,} images"
         lines.append(f"{100 * t['fraction_of_best']:g} % of best ({t['hits']:,} hits) needs "
                      f"{_size(t['capacity_bytes'], unit)} or {imgs}")
     return "\n".join(lines)
+
+
+def _capacity_lines(s: dict, unit: str) -> list[str]:
+    """The table of asked capacities (with the spread over completion orders when shown)."""
+    if not s["capacities"]:
+        return []
+    eb = s["entry_bytes"]
+    lines = ["", f"{'capacity':>16} {'~entries':>9} {'hit rate':>9} {'byte hits':>9} "
+                 f"{'all-hit req':>11} {'tokens saved':>14}"]
+    for c in s["capacities"]:
+        if c["capacity_bytes"] is not None:
+            cap = (f"{c['capacity_gib']:g} GiB" if unit == "GiB" else
+                   f"{c.get('capacity', 0):,.0f} tokens" if unit == "tokens" else
+                   f"{c.get('capacity', 0):g} {unit}")
+            held = f"{int(c['capacity_bytes'] // eb['mean']):,}" if eb["mean"] else "-"
+        else:
+            cap, held = f"{c['capacity_images']:,} images", f"{c['capacity_images']:,}"
+        lines.append(f"{cap:>16} {held:>9} {_pct(c['hit_rate']):>9} "
+                     f"{_pct(c['byte_hit_rate']):>9} {_pct(c['full_request_rate']):>11} "
+                     f"{c['tokens_saved']:>14,}{_spread(c)}")
+    if any(c.get("spread") for c in s["capacities"]):
+        lines.append("[spread of the hit rate over completion orders: min .. max, median]")
+    return lines
 
 
 def format_sweep(analyses: list[tuple[dict, Analysis]]) -> str:

@@ -246,8 +246,6 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     from ..analysis.predict import Semantics
     from ..analysis.predict import analyze as run
     from ..analysis.report import format_report, format_sweep, plot_curve, to_json, write_curve
-    from ..analysis.trace import trace_from_plan
-
     target = make(AnalyzeModel, {"tokens_per_image": tokens_per_image,
                                  "bytes_per_token": bytes_per_token, "in_flight": in_flight,
                                  "cache": plan_opts.pop("cache")}).cache
@@ -274,30 +272,16 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
     unknown = _size(url_image_size)
 
     want_curve = bool(curve_path or plot_path)
-    outputs = [p for p in (curve_path, plot_path) if p is not None]
-    if outputs:
-        from ..io.atomic import check_not_input, check_target
-        from ..io.manifest import manifest_path
-
-        if dataset is not None:
-            check_not_input(outputs, [dataset, manifest_path(dataset)])
-        for out in outputs:
-            check_target(out, force)
+    _check_outputs(dataset, curve_path, plot_path, force)
     if dataset is not None:
         trace, manifest = _dataset_trace(dataset, key, fmt, not no_manifest, quiet)
         if manifest:
             trace.info["manifest_path"] = manifest
         results = [({}, run(trace, vm, sem, caps_bytes, caps_images, unknown, want_curve))]
     else:
-        results = []
-        for params, plan in _plans(workload, plan_opts):
-            if results and want_curve:
-                raise UserError("--curve and --plot take a single workload, not a sweep")
-            trace = trace_from_plan(plan)
-            if preset:
-                trace.source = f"{trace.source} of preset {preset}"
-            results.append((params, run(trace, vm, sem, caps_bytes, caps_images, unknown,
-                                        want_curve)))
+        results = _plan_results(workload, plan_opts, preset, want_curve,
+                                lambda tr: run(tr, vm, sem, caps_bytes, caps_images, unknown,
+                                               want_curve))
     if curve_path:
         write_curve(results[0][1], curve_path)
         if results[0][1].curve_sampled and not quiet:
@@ -314,3 +298,34 @@ def analyze(dataset: Path | None, model: str, tokens_per_image: int | None,
         click.echo(format_report(results[0][1]))
     else:
         click.echo(format_sweep(results))
+
+
+def _check_outputs(dataset: Path | None, curve_path: Path | None, plot_path: Path | None,
+                   force: bool) -> None:
+    """--curve / --plot never overwrite an input, nor an existing file without --force."""
+    outputs = [p for p in (curve_path, plot_path) if p is not None]
+    if not outputs:
+        return
+    from ..io.atomic import check_not_input, check_target
+    from ..io.manifest import manifest_path
+
+    if dataset is not None:
+        check_not_input(outputs, [dataset, manifest_path(dataset)])
+    for out in outputs:
+        check_target(out, force)
+
+
+def _plan_results(workload: str | None, plan_opts: dict, preset: str | None, want_curve: bool,
+                  run) -> list:
+    """One analysis per workload plan of the sweep (``run`` analyses a trace)."""
+    from ..analysis.trace import trace_from_plan
+
+    results: list = []
+    for params, plan in _plans(workload or "", plan_opts):
+        if results and want_curve:
+            raise UserError("--curve and --plot take a single workload, not a sweep")
+        trace = trace_from_plan(plan)
+        if preset:
+            trace.source = f"{trace.source} of preset {preset}"
+        results.append((params, run(trace)))
+    return results
