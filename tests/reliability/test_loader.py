@@ -40,7 +40,7 @@ HOSTILE = {
 }
 
 PROBE = textwrap.dedent("""
-    import asyncio, resource, sys
+    import asyncio, sys
     from mmdatagen.loadgen.client import make_client
     async def main():
         c, _ = make_client(sys.argv[1], sys.argv[2], timeout_s=60, headers={},
@@ -49,7 +49,9 @@ PROBE = textwrap.dedent("""
         await c.close()
         return r
     r = asyncio.run(main())
-    print(r.error["type"] if r.error else "ok", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    # VmHWM: this process's peak RSS (ru_maxrss would carry over the forking parent's peak)
+    hwm = next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+    print(r.error["type"] if r.error else "ok", hwm)
 """)
 
 
