@@ -71,3 +71,28 @@ def test_touch_first_differs_from_plain_lru_where_vllm_does():
     assert exact.tolist() == [False, False, False, True]
     assert plain.tolist() == [False, False, False, False]
     assert _hits_at(touch_required(trace, sizes), 8).tolist() == exact.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces(), st.integers(0, 60))
+def test_encoder_cache_is_an_lru_by_release_from_the_request_span_up(tr, cap):
+    """vLLM's encoder cache at one request in flight (pinned while in use, released in input
+    order with a repeat at its last occurrence, freeable evicted oldest first) equals a token
+    LRU whenever a request's distinct items fit together."""
+    from mmdatagen.analysis.lru import required_capacity
+
+    trace, sizes = tr
+    exact = Replay(get_target("vllm-encoder"), trace, sizes).flags(cap)
+    if cap >= request_span(trace, sizes):
+        req = required_capacity(trace.ids, sizes[trace.ids], sizes.size)
+        assert np.array_equal(_hits_at(req, cap), exact)
+
+
+def test_encoder_cache_releases_a_repeat_at_its_last_occurrence():
+    """Request [a, b, a]: vLLM frees a only with its last input, so b is older on the freeable
+    list and is the one a later miss evicts."""
+    ids = np.array([0, 1, 0, 2, 0], np.int64)  # row0: a b a ; row1: c ; row2: a
+    trace = Trace(ids, np.array([0, 0, 0, 1, 2]), 3, np.ones(3, np.int64), np.ones(3, np.int64))
+    sizes = np.array([4, 4, 4], np.int64)
+    assert Replay(get_target("vllm-encoder"), trace, sizes).flags(8).tolist() == [
+        False, False, True, False, True]

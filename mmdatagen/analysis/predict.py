@@ -13,7 +13,7 @@ from ..errors import UserError
 from ..vlm import VisionModel
 from . import concurrency
 from . import targets as T
-from .lru import OVERSIZE, Curve, lru_curve
+from .lru import OVERSIZE, Curve, lru_curve, required_capacity
 from .trace import Trace
 
 GIB = 1 << 30
@@ -21,7 +21,7 @@ FRACTIONS = (0.9, 0.99, 1.0)
 INSERT = ("schedule", "completion")
 CURVE_SAMPLES = 400  # capacities simulated for a curve under insert-at-completion
 REPLAY_SAMPLES = 48
-REPLAY_CURVE_MAX_REFS = 200_000  # below a request's span, curves are replayed only this far  # capacities replayed for a curve where no one-pass answer exists
+REPLAY_CURVE_MAX_REFS = 50_000  # below a request's span, curves are replayed only this far  # capacities replayed for a curve where no one-pass answer exists
 REPLAY_BUDGET = 100_000_000  # references replayed for one sampled curve, at most
 MIN_SAMPLES = 16
 GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
@@ -219,34 +219,45 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
                      True, f"event replay, {sem.in_flight} in flight completing first-in "
                            "first-out (per capacity)")
     count_curve = lru_curve(trace.ids, ones, tokens, trace.ref_row, "flush", obj_bytes=sizes)
-    if t.touch_request_first:
-        span = T.request_span(trace, sizes)
-        req = T.touch_required(trace, sizes)
-        curve = Curve(*T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span))
-        pts = _replay_points(t, trace, sizes, tokens, fifo=False)
-
-        def at(c):
-            return pts.at(c) if c < span else {k: int(v[0]) for k, v in curve.at([c]).items()}
-
-        def smallest(min_hits, unit):
-            if unit:
-                return count_curve.smallest_capacity(min_hits)
-            hit = curve.smallest_capacity(min_hits)
-            if hit is not None and hit > span:
-                return hit
-            return pts.smallest(min_hits, span, False)
-        if want_curve and span > 0 and trace.ids.size <= REPLAY_CURVE_MAX_REFS:
-            low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), 16)
-            curve = Curve(*(np.concatenate([a, b]) for a, b in zip(
-                (low.capacity, low.hits, low.hit_bytes, low.hit_tokens, low.full_requests),
-                (curve.capacity, curve.hits, curve.hit_bytes, curve.hit_tokens,
-                 curve.full_requests))))
-        return _Eval(at, lambda c: {k: int(v[0]) for k, v in count_curve.at([c]).items()},
-                     smallest, curve, span > 0,
-                     "stack distance at each request's start (exact from "
-                     f"{span} up; exact replays below)")
+    if t.touch_request_first or t.eviction == "freeable":
+        return _span_eval(t, trace, sizes, tokens, count_curve, want_curve)
     return _stack_eval(lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize),
                        count_curve, "one-pass stack curve (exact)")
+
+
+def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
+               want_curve: bool) -> _Eval:
+    """Policies that keep a request's items together (vLLM's processor cache touches them
+    first; its encoder cache pins them): a stack curve exact for every capacity that holds a
+    request's distinct items together (the span), exact replays of the model below it."""
+    span = T.request_span(trace, sizes)
+    if t.touch_request_first:
+        req, how = T.touch_required(trace, sizes), "stack distance at each request's start"
+    else:
+        req = required_capacity(trace.ids, sizes[trace.ids], sizes.size)
+        how = "one-pass stack curve by release order"
+    curve = Curve(*T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span))
+    pts = _replay_points(t, trace, sizes, tokens, fifo=False)
+
+    def at(c):
+        return pts.at(c) if c < span else {k: int(v[0]) for k, v in curve.at([c]).items()}
+
+    def smallest(min_hits, unit):
+        if unit:
+            return count_curve.smallest_capacity(min_hits)
+        hit = curve.smallest_capacity(min_hits)
+        if hit is not None and hit > span:
+            return hit
+        return pts.smallest(min_hits, span, False)
+    if want_curve and span > 0 and trace.ids.size <= REPLAY_CURVE_MAX_REFS:
+        low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), 16)
+        curve = Curve(*(np.concatenate([a, b]) for a, b in zip(
+            (low.capacity, low.hits, low.hit_bytes, low.hit_tokens, low.full_requests),
+            (curve.capacity, curve.hits, curve.hit_bytes, curve.hit_tokens,
+             curve.full_requests))))
+    return _Eval(at, lambda c: {k: int(v[0]) for k, v in count_curve.at([c]).items()},
+                 smallest, curve, span > 0,
+                 f"{how} (exact from {span:,} up; exact replays of the cache model below)")
 
 
 def _concurrency_model(sem: Semantics, t: CacheTarget, depends: bool) -> str:

@@ -198,7 +198,10 @@ class FreeableCache(CacheModel):
         return True
 
     def finish(self, rid: Hashable) -> None:
-        for key in dict.fromkeys(self._held.pop(rid, ())):
+        """Release the request's entries in input order, a repeated item at its last
+        occurrence (vLLM frees an item only when no later input of the request holds it)."""
+        held = self._held.pop(rid, ())
+        for key in reversed(list(dict.fromkeys(reversed(held)))):
             users = self._users.get(key)
             if users is None or rid not in users:
                 continue
