@@ -239,13 +239,14 @@ def test_dev_reset_endpoints(vllm_server, tiny_model, tmp_path):
 
 @pytest.mark.parametrize("generator,gen_args", [
     ("pool", ["-n", "30", "--pool-size", "12", "--images-per-request", "3", "--reuse", "uniform",
-              "--image-size", MIXED, "--seed", "21"]),
+              "--image-size", MIXED, "--seed", "31"]),
     ("sliding-window", ["--users", "3", "--turns", "5", "--window", "3",
-                        "--image-size", "640x480:1,448x336:1", "--seed", "22"]),
+                        "--image-size", "640x480:1,448x336:1", "--seed", "32"]),
 ], ids=["pool multi-image", "sliding-window sessions"])
 def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generator, gen_args):
     """bench's own prediction of vLLM's encoder cache (``--cache vllm-encoder``, its budget in
-    tokens): predicted misses == the encoder runs the engine logged (prefix caching off)."""
+    tokens): predicted misses == the encoder runs the engine logged (prefix caching off).
+    Seeds no other test uses: pictures another workload left in the caches would hit."""
     if "--cache" not in bench_help():
         pytest.fail("bench has no --cache option")
     dataset = tmp_path / "data.jsonl"
