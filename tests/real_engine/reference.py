@@ -28,28 +28,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-PATCH, MERGE, TEMPORAL, CHANNELS = 14, 2, 2, 3
-MIN_PIXELS, MAX_PIXELS = 56 * 56, 28 * 28 * 1280
+from .build_tiny_qwen2vl import MERGE, PATCH, TEMPORAL, smart_resize  # the tiny model's geometry
+
+CHANNELS = 3
 GIB = 1 << 30
-
-
-def smart_resize(height: int, width: int, factor: int = PATCH * MERGE) -> tuple[int, int]:
-    h = round(height / factor) * factor
-    w = round(width / factor) * factor
-    if h * w > MAX_PIXELS:
-        beta = math.sqrt(height * width / MAX_PIXELS)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < MIN_PIXELS:
-        beta = math.sqrt(MIN_PIXELS / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return h, w
 
 
 def patches(width: int, height: int) -> int:
