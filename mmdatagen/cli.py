@@ -10,7 +10,7 @@ import sys
 import click
 
 from . import __version__
-from .errors import UserError
+from .errors import SpecError, UserError
 from .lifecycle import (
     EXIT_ENVIRONMENT,
     EXIT_USER,
@@ -20,7 +20,7 @@ from .lifecycle import (
     interrupt_exit_code,
     is_environment_error,
 )
-from .spec.base import SpecError
+from .spec.base import for_cli
 
 # name -> "module:attribute" of a click.Command; each area owns its module in mmdatagen/commands/.
 COMMANDS: dict[str, str] = {
@@ -54,7 +54,7 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SpecError as exc:  # a library-level field error: name the flag here, at the edge
-            click.echo(f"error: {exc.for_cli()}", err=True)
+            click.echo(f"error: {for_cli(exc)}", err=True)
             ctx.exit(2)
         except UserError as exc:
             click.echo(f"error: {exc}", err=True)

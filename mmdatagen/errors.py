@@ -8,3 +8,12 @@ class UserError(Exception):
 
 class DatasetError(UserError):
     """A dataset file that cannot be read or does not follow the AIPerf formats."""
+
+
+class SpecError(UserError):
+    """A value that fails its field's checks, raised anywhere in the library. ``str()`` names the
+    field; the CLI edge names the flag (``spec.base.for_cli``)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(f"{name} {problem}")

@@ -16,8 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageOps
 
 from .. import rng
-from ..errors import UserError
-from ..spec.base import SpecError
+from ..errors import SpecError, UserError
 from .png import encode_png_stored, png_chunk
 
 CONTENTS = ("noise", "photo", "solid", "folder", "hf")

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec.base import SpecError
+from ..errors import SpecError
 
 
 @dataclass

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import rng
-from ..errors import UserError
-from ..spec.base import SpecError
+from ..errors import SpecError, UserError
 from .sizes import parse_sizes
 
 MODALITIES = ("video", "audio")

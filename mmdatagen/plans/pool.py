@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import rng
-from ..errors import UserError
-from ..spec.base import SpecError
+from ..errors import SpecError, UserError
 from .base import Plan, require_positive
 from .media import MediaPlan, check_counts, video_media
 from .sizes import assign_sizes, parse_sizes

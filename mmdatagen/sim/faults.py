@@ -8,7 +8,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..spec.base import SpecError
+from ..errors import SpecError
+from ..spec.sim import Faults
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,14 @@ class FaultConfig:
     stall_ms: float = 1000.0
     malformed_rate: float = 0.0
     seed: int = 0
+
+    @classmethod
+    def from_spec(cls, faults: Faults) -> FaultConfig:
+        """The fault settings of a ``serve`` spec."""
+        return cls(faults.fault_error_rate, faults.fault_error_status,
+                   faults.fault_disconnect_rate, faults.fault_stall_first_rate,
+                   faults.fault_stall_token_rate, faults.fault_stall_ms,
+                   faults.fault_malformed_rate, faults.fault_seed)
 
     def validate(self) -> FaultConfig:
         for name in ("error_rate", "disconnect_rate", "stall_first_rate", "stall_token_rate",

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ..errors import UserError
 from ..io.atomic import atomic_write_bytes, check_target
+from .faults import FaultConfig
 from .server import SimServer
 
 
@@ -108,7 +109,7 @@ def serve_spec(server, engine, cache, faults, geometry=None) -> None:
     from .study import engine_model, load_engine_profile
 
     prof = load_engine_profile(engine, cache)
-    sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale, faults.config().validate(),
+    sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale, FaultConfig.from_spec(faults).validate(),
                     server.api_key, tuple(server.served_model_name),
                     model=engine_model(prof, geometry))
     run(sim, server.host, server.port, server.ready_file)

@@ -5,8 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..spec.base import SpecError
+from ..errors import SpecError, UserError
 from ..spec.cache import Geometry, SimCache, SweepCache
 from ..spec.sim import Engine, VirtualRun
 from .profile import Profile

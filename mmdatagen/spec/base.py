@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 
 T = TypeVar("T")
 
@@ -26,15 +26,9 @@ INT_MAX = 2**31 - 1
 FLOAT_MAX = 1e12
 
 
-class SpecError(UserError):
-    """A value that fails its field's checks. ``str()`` names the field; the CLI names the flag."""
-
-    def __init__(self, name: str, problem: str) -> None:
-        self.name, self.problem = name, problem
-        super().__init__(f"{name} {problem}")
-
-    def for_cli(self) -> UserError:
-        return UserError(f"{flag_for(self.name)} {self.problem}")
+def for_cli(exc: SpecError) -> UserError:
+    """The same error, naming the field's flag (the CLI edge)."""
+    return UserError(f"{flag_for(exc.name)} {exc.problem}")
 
 
 @dataclass(frozen=True)

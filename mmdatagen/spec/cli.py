@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import UserError
-from .base import Opt, SpecError, build, check_field, field_kind, opts_of
+from .base import Opt, SpecError, build, check_field, field_kind, for_cli, opts_of
 
 T = TypeVar("T")
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -103,7 +103,7 @@ def make(cls: type[T], values: Mapping[str, Any], **overrides: Any) -> T:
     try:
         return build(cls, values, **overrides)
     except SpecError as exc:
-        raise exc.for_cli() from None
+        raise for_cli(exc) from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,14 +59,6 @@ class Faults:
     fault_seed: int = option(0, "--fault-seed", "Seed of the fault draws.", min=0,
                              max=common.SEED_MAX)
 
-    def config(self):  # -> sim.faults.FaultConfig
-        from ..sim.faults import FaultConfig
-
-        return FaultConfig(self.fault_error_rate, self.fault_error_status,
-                           self.fault_disconnect_rate, self.fault_stall_first_rate,
-                           self.fault_stall_token_rate, self.fault_stall_ms,
-                           self.fault_malformed_rate, self.fault_seed)
-
 
 @spec
 @dataclass(frozen=True)
