@@ -165,10 +165,8 @@ def timeline(c: Columns, max_bins: int = MAX_BINS) -> dict[str, Any] | None:
     if pred.any():
         out["predicted_hits"] = [int(x) for x in np.histogram(start[pred], bins=edges,
                                                                  weights=c.pred[pred])[0]]
-        refs = np.where(meas & pred, c.hits + c.misses, 0)
-        if not meas.any():
-            refs = None
-        if refs is not None:
+        if meas.any():
+            refs = np.where(meas & pred, c.hits + c.misses, 0)
             out["references"] = [int(x) for x in np.histogram(start, bins=edges, weights=refs)[0]]
     return out
 

@@ -5,19 +5,24 @@ Builders here only read exports (and the aggregates stored in them); renderers l
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 
 
+SeriesKind = Literal["line", "step", "scatter", "bar"]
+Runs = list[tuple[str, dict[str, Any]]]  # (label, export) per run
+
+
 @dataclass
 class Series:
     label: str
-    xs: list[float]
-    ys: list[float | None]
-    kind: str = "line"  # line | step | scatter | bar
+    xs: Sequence[float]
+    ys: Sequence[float | None]
+    kind: SeriesKind = "line"
     color: str | None = None
     dashed: bool = False
 
@@ -45,7 +50,7 @@ class Figure:
         return not any(any(y is not None for y in s.ys) for s in self.series)
 
 
-def _dist(ex: dict, tag: str) -> tuple[list[float], list[float]] | None:
+def _dist(ex: dict[str, Any], tag: str) -> tuple[list[float], list[float]] | None:
     """CDF points: from the stored 201-level quantiles, else the export's percentile block."""
     d = ex.get("distributions") or {}
     q = d.get(tag)
@@ -54,13 +59,13 @@ def _dist(ex: dict, tag: str) -> tuple[list[float], list[float]] | None:
     b = ex.get(tag) or {}
     pts = [(b.get("min"), 0.0)] + [(b.get(f"p{p}"), p / 100.0)
                                    for p in (1, 5, 10, 25, 50, 75, 90, 95, 99)] + [(b.get("max"), 1.0)]
-    pts = [(x, y) for x, y in pts if isinstance(x, (int, float))]
-    if not pts:
+    xs = [x for x, _ in pts if isinstance(x, (int, float))]
+    if not xs:
         return None
-    return [x for x, _ in pts], [y for _, y in pts]
+    return xs, [y for x, y in pts if isinstance(x, (int, float))]
 
 
-def cdf_figure(runs: list[tuple[str, dict]], tag: str, title: str, key: str) -> Figure:
+def cdf_figure(runs: Runs, tag: str, title: str, key: str) -> Figure:
     fig = Figure(key, title, f"{title} (ms)", "fraction of requests", y_min=0.0, y_max=1.0)
     for label, ex in runs:
         pts = _dist(ex, tag)
@@ -69,52 +74,73 @@ def cdf_figure(runs: list[tuple[str, dict]], tag: str, title: str, key: str) -> 
     return fig.colored()
 
 
-def timeline_figures(label: str, ex: dict, key: str) -> list[Figure]:
+def timeline_figures(label: str, ex: dict[str, Any], key: str) -> list[Figure]:
     """Requests in flight, throughput per second, hit rate over time (client and server)."""
     tl = ex.get("timeline") or {}
-    figs: list[Figure] = []
-    t = tl.get("t_s") or []
-    prefix = f"{label}: " if label else ""
-    if t:
-        f = Figure(f"{key}_inflight", f"{prefix}requests in flight", "time (s)", "requests",
-                   y_min=0.0)
-        f.series.append(Series("client: in flight (mean per bin)", t, tl["in_flight"], "step"))
-        srv = ex.get("server_metrics_timeseries") or {}
-        if srv.get("available"):
-            if any(v is not None for v in srv.get("running") or []):
-                f.series.append(Series("server: running", srv["t_s"], srv["running"], "line"))
-            if any(v is not None for v in srv.get("waiting") or []):
-                f.series.append(Series("server: waiting (queue depth)", srv["t_s"],
-                                       srv["waiting"], "line"))
-        figs.append(f.colored())
-        f = Figure(f"{key}_throughput", f"{prefix}throughput per second", "time (s)",
-                   "per second", y_min=0.0)
-        f.series.append(Series("output tokens/s", t, tl["output_tokens_per_s"], "step"))
-        f.series.append(Series("completed requests/s x 100", t,
-                               [x * 100 for x in tl["completed_per_s"]], "step", dashed=True))
-        figs.append(f.colored())
-    f = Figure(f"{key}_hitrate", f"{prefix}image cache hit rate over time", "time (s)",
-               "hit rate (%)", y_min=0.0, y_max=100.0)
-    if t and tl.get("hits") is not None:
-        rate = [100.0 * h / (h + m) if h + m else None for h, m in zip(tl["hits"], tl["misses"])]
-        f.series.append(Series("measured (headers)", t, rate, "step"))
-        if tl.get("predicted_hits") is not None:
-            refs = [h + m for h, m in zip(tl["hits"], tl["misses"])]
-            pr = [100.0 * p / r if r else None for p, r in zip(tl["predicted_hits"], refs)]
-            f.series.append(Series("predicted (LRU replay)", t, pr, "step", dashed=True))
     srv = ex.get("server_metrics_timeseries") or {}
-    if srv.get("available") and any(v is not None for v in srv.get("hit_rate") or []):
-        f.series.append(Series(f"server /metrics ({srv.get('cache_source')})", srv["t_s"],
-                               [None if v is None else 100.0 * v for v in srv["hit_rate"]], "line"))
+    prefix = f"{label}: " if label else ""
+    figs: list[Figure] = []
+    if tl.get("t_s"):
+        figs += [_inflight_figure(prefix, tl, srv, key), _throughput_figure(prefix, tl, key)]
+    f = _hitrate_figure(prefix, tl, srv, key)
     if not f.empty():
-        figs.append(f.colored())
+        figs.append(f)
     return figs
 
 
-def cache_figure(runs: list[tuple[str, dict]], key: str = "cache_hits") -> Figure | None:
+def _has_values(srv: dict[str, Any], name: str) -> bool:
+    return any(v is not None for v in srv.get(name) or [])
+
+
+def _inflight_figure(prefix: str, tl: dict[str, Any], srv: dict[str, Any], key: str) -> Figure:
+    """Client requests in flight per bin; the server's running and waiting when scraped."""
+    f = Figure(f"{key}_inflight", f"{prefix}requests in flight", "time (s)", "requests",
+               y_min=0.0)
+    f.series.append(Series("client: in flight (mean per bin)", tl["t_s"], tl["in_flight"],
+                           "step"))
+    if srv.get("available"):
+        if _has_values(srv, "running"):
+            f.series.append(Series("server: running", srv["t_s"], srv["running"], "line"))
+        if _has_values(srv, "waiting"):
+            f.series.append(Series("server: waiting (queue depth)", srv["t_s"], srv["waiting"],
+                                   "line"))
+    return f.colored()
+
+
+def _throughput_figure(prefix: str, tl: dict[str, Any], key: str) -> Figure:
+    t = tl["t_s"]
+    f = Figure(f"{key}_throughput", f"{prefix}throughput per second", "time (s)",
+               "per second", y_min=0.0)
+    f.series.append(Series("output tokens/s", t, tl["output_tokens_per_s"], "step"))
+    f.series.append(Series("completed requests/s x 100", t,
+                           [x * 100 for x in tl["completed_per_s"]], "step", dashed=True))
+    return f.colored()
+
+
+def _hitrate_figure(prefix: str, tl: dict[str, Any], srv: dict[str, Any], key: str) -> Figure:
+    """Measured (headers) and predicted hit rate per bin, and the server's /metrics series."""
+    f = Figure(f"{key}_hitrate", f"{prefix}image cache hit rate over time", "time (s)",
+               "hit rate (%)", y_min=0.0, y_max=100.0)
+    t = tl.get("t_s") or []
+    if t and tl.get("hits") is not None:
+        refs = [h + m for h, m in zip(tl["hits"], tl["misses"])]
+        rate = [100.0 * h / r if r else None for h, r in zip(tl["hits"], refs)]
+        f.series.append(Series("measured (headers)", t, rate, "step"))
+        if tl.get("predicted_hits") is not None:
+            pr = [100.0 * p / r if r else None for p, r in zip(tl["predicted_hits"], refs)]
+            f.series.append(Series("predicted (LRU replay)", t, pr, "step", dashed=True))
+    if srv.get("available") and _has_values(srv, "hit_rate"):
+        f.series.append(Series(f"server /metrics ({srv.get('cache_source')})", srv["t_s"],
+                               [None if v is None else 100.0 * v for v in srv["hit_rate"]], "line"))
+    return f.colored()
+
+
+def cache_figure(runs: Runs, key: str = "cache_hits") -> Figure | None:
     """Predicted beside measured hit rate per run (bars)."""
     cats = [label for label, _ in runs]
-    meas, pred, srv = [], [], []
+    meas: list[float | None] = []
+    pred: list[float | None] = []
+    srv: list[float | None] = []
     for _, ex in runs:
         c = ex.get("image_cache") or {}
         meas.append(_pct((c.get("measured") or {}).get("hit_rate")))
@@ -130,7 +156,7 @@ def cache_figure(runs: list[tuple[str, dict]], key: str = "cache_hits") -> Figur
     return None if fig.empty() else fig.colored()
 
 
-def _pct(x: Any) -> float | None:
+def _pct(x: float | None) -> float | None:
     return None if x is None else 100.0 * float(x)
 
 
@@ -146,7 +172,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return sorted(front)
 
 
-def pareto_figure(points: list[dict], stat: str, key: str) -> Figure:
+def pareto_figure(points: list[dict[str, Any]], stat: str, key: str) -> Figure:
     """Throughput (x) against TTFT ``stat`` (y) per sweep point, with the Pareto front."""
     fig = Figure(key, f"output throughput vs TTFT {stat}", "output tokens/s (mean of repeats)",
                  f"TTFT {stat} (ms)", y_min=0.0, x_min=0.0)
@@ -164,12 +190,13 @@ def pareto_figure(points: list[dict], stat: str, key: str) -> Figure:
     return fig.colored()
 
 
-def cache_size_figure(points: list[dict], key: str = "sweep_hit_rate") -> Figure | None:
+def cache_size_figure(points: list[dict[str, Any]], key: str = "sweep_hit_rate"
+                      ) -> Figure | None:
     """Hit rate against cache size, measured beside predicted (only when cache size varies)."""
     sizes = {p["params"].get("cache_gb") for p in points}
     if len(sizes) < 2:
         return None
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for p in points:
         rest = ", ".join(f"{k}={v}" for k, v in p["params"].items() if k != "cache_gb")
         groups.setdefault(rest, []).append(p)

@@ -9,10 +9,11 @@ with the Pareto front and hit rate against cache size. The same figures are writ
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import __version__
 from . import figures as F
@@ -20,6 +21,13 @@ from . import svg
 
 REPORT_NAME = "report.html"
 PLOTS_DIR = "plots"
+
+
+class ReportFiles(TypedDict):
+    """What :meth:`Report.write` wrote: the page and its PNG plots (none without ``--png``)."""
+
+    html: Path
+    pngs: list[Path]
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;
@@ -93,7 +101,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def value(ex: dict, tag: str, stat: str) -> float | int | None:
+def value(ex: dict[str, Any], tag: str, stat: str) -> float | int | None:
     b = ex.get(tag)
     if not isinstance(b, dict):
         return None
@@ -101,7 +109,7 @@ def value(ex: dict, tag: str, stat: str) -> float | int | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def hit_rates(ex: dict) -> dict[str, float | None]:
+def hit_rates(ex: dict[str, Any]) -> dict[str, float | None]:
     c = ex.get("image_cache") or {}
     return {k: (c.get(src) or {}).get("hit_rate") for k, src in
             (("predicted", "predicted"), ("measured", "measured"), ("server", "server_metrics"))}
@@ -118,12 +126,12 @@ class Report:
     def add(self, heading: str, body: str) -> None:
         self.sections.append((heading, body))
 
-    def add_figures(self, heading: str, figs: list[F.Figure | None], note: str = "") -> None:
-        figs = [f for f in figs if f is not None and not f.empty()]
-        if not figs:
+    def add_figures(self, heading: str, figs: Sequence[F.Figure | None], note: str = "") -> None:
+        shown = [f for f in figs if f is not None and not f.empty()]
+        if not shown:
             return
-        self.figures.extend(figs)
-        body = '<div class="charts">' + "".join(svg.render(f) for f in figs) + "</div>"
+        self.figures.extend(shown)
+        body = '<div class="charts">' + "".join(svg.render(f) for f in shown) + "</div>"
         if note:
             body += f'<p class="note">{escape(note)}</p>'
         self.add(heading, body)
@@ -141,7 +149,7 @@ class Report:
                 f'<p class="meta">{escape(self.subtitle)} · mmdatagen {__version__} · built {now}'
                 f"</p><ul>{toc}</ul>{body}<script>{JS}</script></body></html>")
 
-    def write(self, out_dir: Path, png: bool = False) -> dict[str, Any]:
+    def write(self, out_dir: Path, png: bool = False) -> ReportFiles:
         """Write ``report.html``; with ``png`` also ``plots/<figure>.png`` (needs matplotlib)."""
         from ..errors import UserError
         from ..io.atomic import atomic_write_bytes
@@ -154,7 +162,7 @@ class Report:
             raise UserError(f"cannot create {out_dir}: {exc.strerror}") from None
         path = out_dir / REPORT_NAME
         atomic_write_bytes(path, self.html().encode())
-        res: dict[str, Any] = {"html": path, "pngs": []}
+        res: ReportFiles = {"html": path, "pngs": []}
         if png:
             if not png_mod.available():
                 raise UserError("--png needs matplotlib: pip install matplotlib "
@@ -165,7 +173,7 @@ class Report:
         return res
 
 
-def _summary_rows(runs: list[tuple[str, dict]], delta: bool) -> str:
+def _summary_rows(runs: F.Runs, delta: bool) -> str:
     head = ["Metric", *[label for label, _ in runs]] + (["Delta %"] if delta else [])
     rows = []
     for label, tag, stat in SUMMARY_ROWS:
@@ -189,7 +197,7 @@ def _summary_rows(runs: list[tuple[str, dict]], delta: bool) -> str:
     return table(head, rows)
 
 
-def _goodput_note(runs: list[tuple[str, dict]]) -> str:
+def _goodput_note(runs: F.Runs) -> str:
     for _, ex in runs:
         slos = (ex.get("goodput") or {}).get("slos")
         if slos:
@@ -199,7 +207,7 @@ def _goodput_note(runs: list[tuple[str, dict]]) -> str:
     return ""
 
 
-def _cache_table(runs: list[tuple[str, dict]]) -> str:
+def _cache_table(runs: F.Runs) -> str:
     rows = []
     for label, ex in runs:
         c = ex.get("image_cache") or {}
@@ -222,7 +230,7 @@ def _cache_table(runs: list[tuple[str, dict]]) -> str:
     return table(head, rows) + extra
 
 
-def _server_note(runs: list[tuple[str, dict]]) -> str:
+def _server_note(runs: F.Runs) -> str:
     notes = []
     for label, ex in runs:
         s = ex.get("server_metrics_timeseries")
@@ -231,8 +239,8 @@ def _server_note(runs: list[tuple[str, dict]]) -> str:
     return " ".join(notes)
 
 
-def runs_report(kind: str, runs: list[tuple[str, dict]], title: str,
-                comparison: dict | None = None) -> Report:
+def runs_report(kind: str, runs: F.Runs, title: str,
+                comparison: dict[str, Any] | None = None) -> Report:
     """bench (one run) or ab/compare (two runs): tables, CDFs, timelines, cache."""
     first = runs[0][1].get("input_config") or {}
     sub = f"dataset {first.get('input_file') or first.get('dataset') or '?'}"
@@ -266,7 +274,7 @@ def runs_report(kind: str, runs: list[tuple[str, dict]], title: str,
     return rep
 
 
-def _timeline_note(ex: dict) -> str:
+def _timeline_note(ex: dict[str, Any]) -> str:
     tl = ex.get("timeline") or {}
     if not tl:
         return "No timeline stored in this export."
@@ -287,41 +295,14 @@ SWEEP_COLS: tuple[tuple[str, str, int], ...] = (
     ("goodput", "Goodput req/s", 2), ("error_count", "Errors", 0))
 
 
-def sweep_report(doc: dict, representatives: dict[str, dict] | None = None) -> Report:
+def sweep_report(doc: dict[str, Any], representatives: dict[str, dict[str, Any]] | None = None
+                 ) -> Report:
     """The sweep: table of means with 95 % CIs, Pareto plots, hit rate vs cache size, CDFs."""
     points = doc["points"]
     rep = Report("sweep", "mmdatagen sweep",
                  f"dataset {doc.get('dataset')} · {len(points)} points x {doc.get('repeats')} "
                  f"repeats · target {doc.get('target')}")
-    present = [c for c in SWEEP_COLS
-               if any(p["summary"].get(c[0], {}).get("mean") is not None for p in points)]
-    params = list(doc.get("grid") or {})
-    head = ["Point", *params, *[c[1] for c in present]]
-    rows = []
-    for p in points:
-        tds = "".join(
-            f'<td data-metric="param.{escape(k)}" data-value="{v!r}">{v:g}</td>'
-            if isinstance(v := p["params"].get(k), float) else cell(v, f"param.{k}")
-            for k in params)
-        for key, _, digits in present:
-            s = p["summary"].get(key) or {}
-            m, half = s.get("mean"), s.get("ci95_half")
-            if key.endswith("hit_rate"):  # fractions -> %
-                m = None if m is None else m * 100
-                half = None if half is None else half * 100
-            txt = fmt(m, digits) + ("" if half is None else f" ± {fmt(half, digits)}")
-            attr = "" if m is None else f' data-value="{m!r}"'
-            tds += f'<td data-metric="{key}"{attr}>{txt}</td>'
-        rows.append(f"<tr><td>{escape(p['name'])}</td>{tds}</tr>")
-    body = table(head, rows, "sortable")
-    body += ('<p class="note">Mean over repeats ± half-width of the 95 % confidence interval '
-             "(Student t, n-1 degrees of freedom); sweep.csv has every repeat, sweep.json the "
-             "standard deviation, min and max. Click a header to sort.</p>")
-    note = _goodput_note([(p["name"], {"goodput": {"slos": doc.get("goodput_slos")}})
-                          for p in points[:1]])
-    if note:
-        body += f'<p class="note">{escape(note)}</p>'
-    rep.add("Sweep table", body)
+    rep.add("Sweep table", _sweep_table(doc))
     rep.add_figures("Throughput against latency (Pareto front)", [
         F.pareto_figure(points, "p50", "pareto_ttft_p50"),
         F.pareto_figure(points, "p99", "pareto_ttft_p99")],
@@ -335,11 +316,54 @@ def sweep_report(doc: dict, representatives: dict[str, dict] | None = None) -> R
     reps = [(p["name"], representatives[p["name"]]) for p in points
             if representatives.get(p["name"])]
     if reps:
-        rep.add_figures("Latency distributions (CDF, first repeat of each point)", [
-            F.cdf_figure(reps, "time_to_first_token", "TTFT", "cdf_ttft"),
-            F.cdf_figure(reps, "inter_token_latency", "ITL", "cdf_itl")])
-        last = reps[-1]
-        rep.add_figures(f"Timeline: {last[0]} (first repeat)",
-                        F.timeline_figures(last[0], last[1], "last_point"),
-                        note=_timeline_note(last[1]))
+        _add_first_repeats(rep, reps)
     return rep
+
+
+def _sweep_table(doc: dict[str, Any]) -> str:
+    """The sortable table of every point (mean ± CI half-width of each metric any point has)."""
+    points = doc["points"]
+    present = [c for c in SWEEP_COLS
+               if any(p["summary"].get(c[0], {}).get("mean") is not None for p in points)]
+    params = list(doc.get("grid") or {})
+    head = ["Point", *params, *[c[1] for c in present]]
+    rows = [f"<tr><td>{escape(p['name'])}</td>{_sweep_cells(p, params, present)}</tr>"
+            for p in points]
+    body = table(head, rows, "sortable")
+    body += ('<p class="note">Mean over repeats ± half-width of the 95 % confidence interval '
+             "(Student t, n-1 degrees of freedom); sweep.csv has every repeat, sweep.json the "
+             "standard deviation, min and max. Click a header to sort.</p>")
+    note = _goodput_note([(p["name"], {"goodput": {"slos": doc.get("goodput_slos")}})
+                          for p in points[:1]])
+    if note:
+        body += f'<p class="note">{escape(note)}</p>'
+    return body
+
+
+def _sweep_cells(p: dict[str, Any], params: list[str],
+                 present: Sequence[tuple[str, str, int]]) -> str:
+    """One point's cells: its parameters, then mean ± half-width per metric (rates in %)."""
+    tds = "".join(
+        f'<td data-metric="param.{escape(k)}" data-value="{v!r}">{v:g}</td>'
+        if isinstance(v := p["params"].get(k), float) else cell(v, f"param.{k}")
+        for k in params)
+    for key, _, digits in present:
+        s = p["summary"].get(key) or {}
+        m, half = s.get("mean"), s.get("ci95_half")
+        if key.endswith("hit_rate"):  # fractions -> %
+            m = None if m is None else m * 100
+            half = None if half is None else half * 100
+        txt = fmt(m, digits) + ("" if half is None else f" ± {fmt(half, digits)}")
+        attr = "" if m is None else f' data-value="{m!r}"'
+        tds += f'<td data-metric="{key}"{attr}>{txt}</td>'
+    return tds
+
+
+def _add_first_repeats(rep: Report, reps: F.Runs) -> None:
+    """CDFs of each point's first repeat, and the last point's timeline."""
+    rep.add_figures("Latency distributions (CDF, first repeat of each point)", [
+        F.cdf_figure(reps, "time_to_first_token", "TTFT", "cdf_ttft"),
+        F.cdf_figure(reps, "inter_token_latency", "ITL", "cdf_itl")])
+    label, last = reps[-1]
+    rep.add_figures(f"Timeline: {label} (first repeat)",
+                    F.timeline_figures(label, last, "last_point"), note=_timeline_note(last))

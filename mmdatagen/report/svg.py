@@ -6,12 +6,14 @@ Axes with round-number ticks, line / step / scatter / grouped-bar series, a lege
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 
 from .figures import Figure, Series
 
 W, H = 680, 330
 ML, MR, MT, MB = 64, 16, 34, 76  # margins: left, right, top, bottom (legend below the axis)
+Scale = Callable[[float], float]  # data coordinate -> pixel
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -46,29 +48,40 @@ def fmt_tick(v: float) -> str:
 
 
 def _extent(fig: Figure) -> tuple[float, float, float, float]:
-    xs = [x for s in fig.series for x, y in zip(s.xs, s.ys) if y is not None and x is not None]
-    ys = [y for s in fig.series for y in s.ys if y is not None]
+    """Data ranges (x0, x1, y0, y1) of the plotted points, widened by the figure's bounds."""
+    x0, x1 = _x_extent(fig)
+    y0, y1 = _y_extent(fig)
+    if x1 <= x0:
+        x1 = x0 + 1.0
+    if y1 <= y0:
+        y1 = y0 + 1.0
+    return x0, x1, y0, y1
+
+
+def _x_extent(fig: Figure) -> tuple[float, float]:
+    """Category slots, else the x of every drawn point (a step series' last bin included)."""
     if fig.categories is not None:
-        x0, x1 = -0.5, len(fig.categories) - 0.5
-    else:
-        x0 = min(xs) if xs else 0.0
-        x1 = max(xs) if xs else 1.0
-        steps = [s for s in fig.series if s.kind == "step" and len(s.xs) > 1]
-        if steps:
-            x1 = max(x1, max(s.xs[-1] + (s.xs[1] - s.xs[0]) for s in steps))
-        if fig.x_min is not None:
-            x0 = min(x0, fig.x_min)
+        return -0.5, len(fig.categories) - 0.5
+    xs = [x for s in fig.series for x, y in zip(s.xs, s.ys) if y is not None and x is not None]
+    x0 = min(xs) if xs else 0.0
+    x1 = max(xs) if xs else 1.0
+    steps = [s for s in fig.series if s.kind == "step" and len(s.xs) > 1]
+    if steps:
+        x1 = max(x1, max(s.xs[-1] + (s.xs[1] - s.xs[0]) for s in steps))
+    if fig.x_min is not None:
+        x0 = min(x0, fig.x_min)
+    return x0, x1
+
+
+def _y_extent(fig: Figure) -> tuple[float, float]:
+    ys = [y for s in fig.series for y in s.ys if y is not None]
     y0 = min(ys) if ys else 0.0
     y1 = max(ys) if ys else 1.0
     if fig.y_min is not None:
         y0 = min(y0, fig.y_min)
     if fig.y_max is not None and (not ys or max(ys) <= fig.y_max):
         y1 = fig.y_max
-    if x1 <= x0:
-        x1 = x0 + 1.0
-    if y1 <= y0:
-        y1 = y0 + 1.0
-    return x0, x1, y0, y1
+    return y0, y1
 
 
 def render(fig: Figure) -> str:
@@ -111,7 +124,8 @@ def render(fig: Figure) -> str:
     for s in fig.series:
         out.extend(_series(s, sx, sy, bars, y0, pw))
     # legend
-    lx, ly = ML, H - 18
+    lx: float = ML
+    ly = H - 18
     for s in fig.series:
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         if s.kind in ("scatter", "bar"):
@@ -127,7 +141,8 @@ def render(fig: Figure) -> str:
     return "".join(out)
 
 
-def _series(s: Series, sx, sy, bars: list[Series], y0: float, pw: float) -> list[str]:
+def _series(s: Series, sx: Scale, sy: Scale, bars: list[Series], y0: float, pw: float
+            ) -> list[str]:
     out: list[str] = []
     dash = ' stroke-dasharray="5 3"' if s.dashed else ""
     if s.kind == "scatter":
@@ -164,8 +179,8 @@ def _series(s: Series, sx, sy, bars: list[Series], y0: float, pw: float) -> list
             segs[-1].append(f"{sx(x):.1f},{sy(y):.1f}")
     for seg in segs:
         if len(seg) == 1 and not step:
-            x, y = seg[0].split(",")
-            out.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{s.color}"/>')
+            cx, cy = seg[0].split(",")
+            out.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{s.color}"/>')
         elif seg:
             out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{s.color}" '
                        f'stroke-width="1.8"{dash}/>')
