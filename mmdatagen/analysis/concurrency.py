@@ -113,14 +113,11 @@ def _random_file_events(num_rows: int, in_flight: int, rng) -> np.ndarray:
 
 
 def session_rows(sessions: np.ndarray) -> list[np.ndarray]:
-    """Row indices per session, sessions by first appearance, rows in file order."""
-    sessions = np.asarray(sessions)
-    _, first, inverse = np.unique(sessions, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    rows = np.argsort(inverse.reshape(-1), kind="stable")
-    bounds = np.cumsum(np.bincount(inverse.reshape(-1), minlength=first.size))
-    split = np.split(rows, bounds[:-1])
-    return [split[i] for i in order]
+    """Row indices per session, sessions by first appearance, rows in file order (the rule of
+    ``mmdatagen.sessions``, which the loader and ``simulate`` follow too)."""
+    from ..sessions import group_ids
+
+    return group_ids(sessions)
 
 
 def dispatch_order(ev: np.ndarray) -> np.ndarray:

@@ -1,10 +1,9 @@
 """Lazy session sources: which request goes next, read from the dataset as needed.
 
-- ``single_turn``: rows sharing a ``session_id`` form one session in file order (even when
-  interleaved); sessions start in order of first appearance; rows without one are 1-request
-  sessions. Rows are read only as far as the next needed one, so memory stays flat for
-  turn-major files and plain row streams.
-- ``multi_turn``: one session per line, turns in order (the caller keeps history).
+- ``single_turn`` and ``multi_turn``: sessions, their start order, turn order and wrap labels
+  follow ``mmdatagen.sessions`` (the rule ``simulate`` and the analysis use). Rows are read only
+  as far as the next needed one, so memory stays flat for turn-major files, plain row streams
+  and multi_turn files; the caller keeps a multi_turn session's history.
 - ``random_pool``: rows sampled with replacement (seeded); the pool is held in memory.
 """
 from __future__ import annotations
@@ -19,6 +18,7 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..io.readers import Turn
+from ..sessions import SessionIndex, epoch_label, row_key, row_label
 
 
 @dataclass
@@ -44,9 +44,10 @@ class SessionSource:
         self.rows_read = 0
         self._it: Iterator[Turn] | None = None
         self._eof = False
-        self._open: dict[str, Session] = {}
+        self.multi = fmt == "multi_turn"
+        self._index = SessionIndex()
+        self._open: dict[int, Session] = {}  # sessions of this pass that may still get rows
         self._new: deque[Session] = deque()
-        self._last_multi: Session | None = None
         self._anon = itertools.count()
         self._pool: list[Turn] | None = None
         self._rng = np.random.default_rng(seed)
@@ -61,10 +62,11 @@ class SessionSource:
         self._it = self.open_turns()
         self._eof = False
         self._open.clear()
-        self._last_multi = None
+        self._index.reset()
 
     def _read_one(self) -> bool:
-        """Read one row into its session; False at end of file."""
+        """Read one row into its session (the rule of ``mmdatagen.sessions``); False at end of
+        file."""
         if self._it is None:
             self._start_pass()
         if self._eof:
@@ -75,38 +77,24 @@ class SessionSource:
             self._eof = True
             for s in self._open.values():
                 s.complete = True
-            if self._last_multi is not None:
-                self._last_multi.complete = True
             self._open.clear()
             return False
         self.rows_read += 1
-        suffix = "" if self.passes <= 1 else f"#{self.passes}"
-        if self.fmt == "multi_turn":
-            key = f"{turn.line_no}"
-            last = self._last_multi
-            if last is not None and last.correlation_id.endswith(f":{key}"):
-                last.pending.append(turn)
-                return True
-            if last is not None:
-                last.complete = True
-            sess = Session(f"{turn.session_id}{suffix}", f"{uuid.uuid4()}:{key}")
-            sess.pending.append(turn)
-            self._last_multi = sess
-            self._new.append(sess)
+        number, new = self._index.add(row_key(turn.session_id, turn.line_no, self.multi))
+        if not new:
+            self._open[number].pending.append(turn)
             return True
-        if turn.session_id is None:
-            sess = Session(f"row_{turn.line_no}{suffix}", str(uuid.uuid4()), complete=True)
-            sess.pending.append(turn)
-            self._new.append(sess)
-            return True
-        found = self._open.get(turn.session_id)
-        if found is not None:
-            sess = found
-        else:
-            sess = Session(f"{turn.session_id}{suffix}", str(uuid.uuid4()))
-            self._open[turn.session_id] = sess
-            self._new.append(sess)
+        if self.multi:  # a multi_turn line's session is over when the next line starts
+            for s in self._open.values():
+                s.complete = True
+            self._open.clear()
+        alone = not self.multi and turn.session_id is None  # a one-row session
+        sess = Session(epoch_label(row_label(turn.session_id, turn.line_no), self.passes - 1),
+                       str(uuid.uuid4()), complete=alone)
         sess.pending.append(turn)
+        if not alone:
+            self._open[number] = sess
+        self._new.append(sess)
         return True
 
     # -- API -----------------------------------------------------------------------------

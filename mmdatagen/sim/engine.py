@@ -11,7 +11,7 @@ This is a performance model, not a language model: it produces token counts and 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ..caches import make_cache
@@ -23,9 +23,10 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class SimImage:
-    """One image as the engine sees it: cache key, embedding tokens and accounted cache bytes."""
+    """One image as the engine sees it: cache key (``io.imageref.Identity.key``), embedding
+    tokens and accounted cache bytes."""
 
-    key: str
+    key: Hashable
     tokens: int
     prompt_tokens: int
     nbytes: int

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..arrivals import Pacer
 from ..errors import DatasetError, UserError
-from ..io.readers import detect_format, iter_turns
+from ..io.readers import Turn, detect_format, iter_turns
+from ..sessions import Cycle, epoch_label, group_rows, row_key, row_label
 from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimImage, SimRequest
 from .media import turn_media
@@ -26,7 +28,8 @@ from .protocol import ImageResolver, RequestError, check_context, output_target
 
 @dataclass
 class SimTurn:
-    """A dataset row reduced to what the engine needs."""
+    """A dataset row reduced to what the engine needs (``session``: its session's label,
+    ``key``: its grouping key, both from ``mmdatagen.sessions``)."""
 
     session: str
     turn_index: int
@@ -35,6 +38,7 @@ class SimTurn:
     output_length: int | None = None
     delay_ms: float = 0.0
     prior_outputs: tuple[int | None, ...] = ()  # multi_turn: output_length of earlier turns
+    key: Hashable = None
 
 
 @dataclass
@@ -63,7 +67,7 @@ class OutputPolicy:
                 target, _ = output_target(natural, mx, self.min_tokens, self.ignore_eos)
                 check_context(profile, prompt, target, mx)
             except RequestError as exc:
-                raise UserError(f"session {row.session.lstrip(chr(0))} turn {row.turn_index}: "
+                raise UserError(f"session {row.session} turn {row.turn_index}: "
                                 f"{exc.message} (the server answers 400)") from None
 
 
@@ -79,34 +83,37 @@ def load_turns(path: Path, profile: Profile, model: VisionModel | None = None) -
                              dataset_dir=Path(path).resolve().parent)
     bpt = profile.text_bytes_per_token
     out: list[SimTurn] = []
-    counter = 0
     multi = detect_format(Path(path)) == "multi_turn"
-    history: dict[str, tuple[int, list[SimImage], tuple]] = {}
+    line: Hashable = None  # multi_turn: the line whose history is held
+    history: tuple[int, list[SimImage], tuple] = (0, [], ())
     for t in iter_turns(Path(path)):
-        uuids: list[str | None] = [*t.image_uuids] if t.image_uuids else [None] * len(t.images)
-        images = [_image(resolver, ref, uuids[i], path) for i, ref in enumerate(t.images)]
-        if not t.images and t.image_uuids:
-            images = [resolver.resolve("", u) for u in t.image_uuids]
-        if t.audios or t.videos:  # video/audio items: sim/media.py
-            try:
-                images += turn_media(t, resolver)
-            except (RequestError, DatasetError) as exc:
-                raise UserError(f"{path}: {getattr(exc, 'message', exc)}") from None
+        images = _turn_images(t, resolver, path)
         text = sum(math.ceil(len(s.encode()) / bpt) for s in t.texts)
-        sid = t.session_id
-        if sid is None:
-            sid = f"\x00row-{counter}"
-        counter += 1
+        key = row_key(t.session_id, t.line_no, multi)
         prior: tuple = ()
         if multi:
-            h_text, h_images, prior = history.get(sid, (0, [], ()))
+            h_text, h_images, prior = history if key == line else (0, [], ())
             text, images = h_text + text, h_images + images
-            history[sid] = (text, images, prior + (t.output_length,))
-        out.append(SimTurn(sid, t.turn_index, text, images, t.output_length,
-                           float(t.delay_ms or 0.0), prior))
+            line, history = key, (text, images, prior + (t.output_length,))
+        out.append(SimTurn(row_label(t.session_id, t.line_no), t.turn_index, text, images,
+                           t.output_length, float(t.delay_ms or 0.0), prior, key))
     if not out:
         raise UserError(f"{path}: no rows")
     return out
+
+
+def _turn_images(t: Turn, resolver: ImageResolver, path: Path) -> list[SimImage]:
+    """A row's images (and video/audio items, ``sim/media.py``) as the engine prices them."""
+    uuids: list[str | None] = [*t.image_uuids] if t.image_uuids else [None] * len(t.images)
+    images = [_image(resolver, ref, uuids[i], path) for i, ref in enumerate(t.images)]
+    if not t.images and t.image_uuids:
+        images = [resolver.resolve("", u) for u in t.image_uuids]
+    if t.audios or t.videos:
+        try:
+            images += turn_media(t, resolver)
+        except (RequestError, DatasetError) as exc:
+            raise UserError(f"{path}: {getattr(exc, 'message', exc)}") from None
+    return images
 
 
 def _image(resolver: ImageResolver, ref: str, uuid: str | None, path: Path) -> SimImage:
@@ -132,28 +139,22 @@ class SimResult:
 
 
 class _Sessions:
-    """Sessions in order of first appearance, cycled when the request count exceeds the rows."""
+    """The dataset's sessions in the order they start (``mmdatagen.sessions``), labelled by
+    pass; cycled when the request count exceeds the rows unless ``wrap`` is off."""
 
     def __init__(self, turns: list[SimTurn], wrap: bool = True) -> None:
-        order: dict[str, list[SimTurn]] = {}
-        for t in turns:
-            order.setdefault(t.session, []).append(t)
-        self.sessions = list(order.items())
-        self.next = 0
-        self.epoch = 0
-        self.wrap = wrap
+        keys = (t.session if t.key is None else t.key for t in turns)
+        self.sessions = [[turns[i] for i in rows] for rows in group_rows(keys)]
+        self.cycle = Cycle(len(self.sessions), wrap)
 
     def take(self) -> tuple[str, list[SimTurn]] | None:
-        """The next session (None once a single pass is used up and ``wrap`` is off)."""
-        if self.epoch > 0 and not self.wrap:
+        """The next session's label and rows (None once a single pass is used up and ``wrap``
+        is off)."""
+        nxt = self.cycle.take()
+        if nxt is None:
             return None
-        sid, rows = self.sessions[self.next]
-        label = sid.lstrip("\x00")
-        label = label if self.epoch == 0 else f"{label}#{self.epoch}"
-        self.next += 1
-        if self.next == len(self.sessions):
-            self.next, self.epoch = 0, self.epoch + 1
-        return label, rows
+        rows = self.sessions[nxt[0]]
+        return epoch_label(rows[0].session, nxt[1]), rows
 
 
 @dataclass
