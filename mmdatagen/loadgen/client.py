@@ -362,7 +362,8 @@ class _Conn(asyncio.Protocol):
         self.ex: _Exchange | None = None
         self.closed = False
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # create_connection: a stream transport
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:

@@ -20,9 +20,12 @@ which is what AIPerf (and mmdatagen) call ``inter_token_latency``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..exportmodel import Export
+from ..metrics import RequestRecord
 
 # accepted name -> export tag
 ALIASES: dict[str, str] = {
@@ -88,23 +91,23 @@ def goodput_blocks(good: int, duration_s: float | None, slos: dict[str, float]) 
     }
 
 
-def export_goodput(records: Sequence, export: dict, slos: dict[str, float]) -> dict[str, Any]:
+def export_goodput(records: Sequence[RequestRecord], export: Export, slos: dict[str, float]
+                   ) -> dict[str, Any]:
     """Goodput blocks for the profiling records of a run whose export is already built."""
     rows = (r.values() if r.ok else None for r in records if r.phase == "profiling")
     duration = (export.get("benchmark_duration") or {}).get("avg")
     return goodput_blocks(good_count(rows, slos), duration, slos)
 
 
-def goodput_from_records_file(path, export: dict, slos: dict[str, float]) -> dict[str, Any] | None:
+def goodput_from_records_file(path: str | Path, export: Export, slos: dict[str, float]
+                              ) -> dict[str, Any] | None:
     """Goodput from a ``records.jsonl`` (ours) beside an export; None when there is none."""
-    from pathlib import Path
-
     import orjson
 
     path = Path(path)
     if not path.is_file():
         return None
-    rows = []
+    rows: list[dict[str, float] | None] = []  # None: a failed request
     with open(path, "rb") as fh:
         for line in fh:
             if not line.strip():

@@ -17,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import aiohttp
 
 # exposition name -> our key
 COUNTERS: dict[str, str] = {
@@ -63,11 +66,12 @@ def parse_cache_counters(text: str) -> dict[str, float]:
     return {k: v for k, v in parse_metrics(text).items() if k in counters}
 
 
-async def fetch_metrics_text(url: str, timeout: float = 5.0, session=None) -> str | None:
+async def fetch_metrics_text(url: str, timeout: float = 5.0,
+                             session: aiohttp.ClientSession | None = None) -> str | None:
     """The body of ``GET {url}/metrics``; None when the server has none or is unreachable."""
     import aiohttp
 
-    async def get(s) -> str | None:
+    async def get(s: aiohttp.ClientSession) -> str | None:
         async with s.get(url.rstrip("/") + "/metrics") as resp:
             if resp.status != 200:
                 return None
@@ -130,8 +134,8 @@ class MetricsSampler:
         self.quiet = quiet
         self.samples: list[tuple[int, dict[str, float]]] = []
         self.unavailable: str | None = None
-        self._task: asyncio.Task | None = None
-        self._session = None
+        self._task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
 
     async def _scrape(self) -> dict[str, float] | None:
         text = await fetch_metrics_text(self.url, session=self._session)
@@ -145,7 +149,7 @@ class MetricsSampler:
         """First scrape (the 'before' counters); starts the periodic task when it answered."""
         import aiohttp
 
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0))
+        session = self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5.0))
         first = await self._scrape()
         if first is None:
             self.unavailable = "the server has no /metrics (or it did not answer)"
@@ -155,7 +159,7 @@ class MetricsSampler:
             if not self.quiet:
                 print(f"note: server metrics not collected: {self.unavailable}", file=sys.stderr)
             if first is None:
-                await self._session.close()
+                await session.close()
                 self._session = None
                 return None
         else:

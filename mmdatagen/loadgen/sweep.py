@@ -22,18 +22,29 @@ import csv
 import io
 import itertools
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import SpecError, UserError
+from ..exportmodel import Export
 from ..metrics import EXPORT_NAME, RECORDS_NAME
+from ..spec.load import Load
+from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
 from .run import BenchConfig
 from .stats import summarize
+
+if TYPE_CHECKING:
+    from ..report.html import ReportFiles
+    from ..sim.profile import Profile
+
+GridValue = int | float | str  # a profile field may take words (key_mode=bytes,pixels)
+Params = dict[str, GridValue]  # one grid point: parameter -> value
+Log = Callable[[str], None]
 
 BENCH_PARAMS = ("concurrency", "request_rate", "cache_gb")
 SWEEP_JSON, SWEEP_CSV = "sweep.json", "sweep.csv"
@@ -66,58 +77,40 @@ def profile_fields() -> set[str]:
                                                 "served_model_name", "model"}
 
 
-def parse_grid(concurrency: str | None, request_rate: str | None, cache_gb: str | None,
-               sim_params: tuple[str, ...] | list[str] = ()) -> dict[str, list]:
-    """Comma lists -> ``{param: [values]}`` (a parameter not given is not swept)."""
-    grid: dict[str, list] = {}
+def sweep_grid(grid: SweepGrid) -> dict[str, list[GridValue]]:
+    """The spec's load axes, then one axis per ``--sim-param`` (a parameter not given is not
+    swept)."""
+    out: dict[str, list[GridValue]] = {k: list(v) for k, v in grid.axes().items()}
+    out.update(parse_sim_params(grid.grid_sim_params))
+    return out
 
-    def nums(name: str, text: str, cast: Callable) -> list:
-        try:
-            vals = [cast(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise UserError(f"--{name.replace('_', '-')} takes comma-separated numbers, got "
-                            f"{text!r}") from None
-        if not vals:
-            raise UserError(f"--{name.replace('_', '-')} needs at least one value")
-        if len(set(vals)) != len(vals):
-            raise UserError(f"--{name.replace('_', '-')} repeats a value: {text}")
-        return vals
 
-    if concurrency:
-        grid["concurrency"] = nums("concurrency", concurrency, int)
-        if any(v < 1 for v in grid["concurrency"]):
-            raise UserError("--concurrency values must be at least 1")
-    if request_rate:
-        grid["request_rate"] = nums("request_rate", request_rate, float)
-        if any(v <= 0 for v in grid["request_rate"]):
-            raise UserError("--request-rate values must be positive")
-    if cache_gb:
-        grid["cache_gb"] = nums("cache_gb", cache_gb, float)
-        if any(v < 0 for v in grid["cache_gb"]):
-            raise UserError("--cache-gb values must not be negative")
+def parse_sim_params(specs: Sequence[str]) -> dict[str, list[GridValue]]:
+    """``["max_running=32,52"]`` -> ``{"max_running": [32, 52]}``; FIELD must be a profile
+    field; values are ints, floats or words."""
     known = profile_fields()
-    for spec in sim_params:
-        name, sep, vals = spec.partition("=")
+    out: dict[str, list[GridValue]] = {}
+    for text in specs:
+        name, sep, vals = text.partition("=")
         name = name.strip()
         if not sep or name not in known:
-            raise UserError(f"--sim-param takes FIELD=V1,V2 with FIELD a profile field "
-                            f"({', '.join(sorted(known))}); got {spec!r}")
-        parsed = []
-        for v in vals.split(","):
-            v = v.strip()
-            if not v:
-                continue
-            try:
-                parsed.append(int(v) if v.lstrip("-").isdigit() else float(v))
-            except ValueError:
-                parsed.append(v)  # e.g. key_mode=bytes,pixels
+            raise SpecError("grid_sim_params", f"takes FIELD=V1,V2 with FIELD a profile field "
+                            f"({', '.join(sorted(known))}); got {text!r}")
+        parsed = [_grid_value(v.strip()) for v in vals.split(",") if v.strip()]
         if not parsed:
-            raise UserError(f"--sim-param {name} needs at least one value")
-        grid[name] = parsed
-    return grid
+            raise SpecError("grid_sim_params", f"{name} needs at least one value")
+        out[name] = parsed
+    return out
 
 
-def point_name(params: dict[str, Any]) -> str:
+def _grid_value(text: str) -> GridValue:
+    try:
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+    except ValueError:
+        return text  # e.g. key_mode=bytes,pixels
+
+
+def point_name(params: Params) -> str:
     if not params:
         return "base"
     return "_".join(f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
@@ -127,16 +120,15 @@ def point_name(params: dict[str, Any]) -> str:
 @dataclass
 class SweepConfig:
     base: BenchConfig
-    grid: dict[str, list]
+    grid: dict[str, list[GridValue]]
     repeats: int = 1
     output_dir: Path = Path("artifacts/sweep")
     virtual: bool = False
     report: bool = True
     png: bool = False
     quiet: bool = False
-    points: list[dict] = field(default_factory=list)
 
-    def expand(self) -> list[dict[str, Any]]:
+    def expand(self) -> list[Params]:
         keys = list(self.grid)
         return [dict(zip(keys, combo)) for combo in itertools.product(*self.grid.values())]
 
@@ -146,6 +138,19 @@ class SweepConfig:
         if self.base.url:
             return f"{self.base.url} (server as it is: its cache is not reset between runs)"
         return "embedded simulator (fresh server per run: cold cache)"
+
+
+def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int, *,
+                 goodput: tuple[str, ...] = (), report: bool = True, png: bool = False
+                 ) -> SweepConfig:
+    """The specs resolved: every run's base config (runs are quiet) and the grid."""
+    from .setup import bench_config
+
+    base = bench_config(load, url=target.url, cache_gb=BASE_CACHE_GB,
+                        output_dir=Path(target.output_dir), goodput=goodput)
+    return SweepConfig(base=replace(base, quiet=True), grid=sweep_grid(grid), repeats=repeats,
+                       output_dir=Path(target.output_dir), virtual=target.virtual,
+                       report=report, png=png, quiet=load.quiet)
 
 
 def _validate(cfg: SweepConfig) -> None:
@@ -163,7 +168,8 @@ def _validate(cfg: SweepConfig) -> None:
         raise UserError("--virtual does not model --fixed-schedule")
 
 
-def _profile_for(cfg: SweepConfig, params: dict[str, Any]):
+def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
+    """The point's simulator profile, and how runs name it (a derived YAML when fields vary)."""
     from ..sim.profile import load_profile
 
     over = {k: v for k, v in params.items() if k not in BENCH_PARAMS}
@@ -176,7 +182,7 @@ def _profile_for(cfg: SweepConfig, params: dict[str, Any]):
 
     from ..io.atomic import atomic_write_bytes
     try:
-        derived = replace(prof, **over).validate()
+        derived = prof.with_overrides(**over)
     except TypeError as exc:
         raise UserError(f"--sim-param: {exc}") from None
     data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(derived).items()
@@ -188,16 +194,18 @@ def _profile_for(cfg: SweepConfig, params: dict[str, Any]):
     return derived, str(path)
 
 
-def _run_config(cfg: SweepConfig, params: dict[str, Any], repeat: int, run_dir: Path,
+def _run_config(cfg: SweepConfig, params: Params, repeat: int, run_dir: Path,
                 profile_ref: str) -> BenchConfig:
     b = cfg.base
-    return replace(b, concurrency=params.get("concurrency", b.concurrency),
-                   request_rate=params.get("request_rate", b.request_rate),
-                   cache_gb=params.get("cache_gb", b.cache_gb), seed=b.seed + repeat,
+    c, rate, gb = (params.get(k) for k in BENCH_PARAMS)  # numbers, as SweepGrid parsed them
+    return replace(b, concurrency=c if isinstance(c, int) else b.concurrency,
+                   request_rate=rate if isinstance(rate, (int, float)) else b.request_rate,
+                   cache_gb=gb if isinstance(gb, (int, float)) else b.cache_gb,
+                   seed=b.seed + repeat,
                    output_dir=run_dir, profile=profile_ref, quiet=True)
 
 
-def _load_done(run_dir: Path) -> dict | None:
+def _load_done(run_dir: Path) -> Export | None:
     p = run_dir / EXPORT_NAME
     if not p.is_file():
         return None
@@ -210,7 +218,12 @@ def _load_done(run_dir: Path) -> dict | None:
     return doc
 
 
-def run_virtual(bc: BenchConfig, prof, predicted: dict | None) -> dict:
+def _capacity(prof: Profile, cache_gb: float | None) -> float:
+    """The cache size a run uses: the given one, else the profile's cache target's default."""
+    return prof.cache_target().default_capacity if cache_gb is None else cache_gb
+
+
+def run_virtual(bc: BenchConfig, prof: Profile, predicted: dict[str, Any] | None) -> Export:
     """One run in virtual time: the simulator's engine, exports written like ``bench``'s."""
     from ..metrics import build_export, write_exports
     from ..report.aggregate import run_aggregates
@@ -222,9 +235,10 @@ def run_virtual(bc: BenchConfig, prof, predicted: dict | None) -> dict:
     policy = OutputPolicy(int(mx) if mx else None, int(extra.get("min_tokens") or 0),
                           bool(extra.get("ignore_eos", False)))
     concurrency = bc.concurrency or (1024 if bc.request_rate else 1)
-    res = run_simulation(Path(bc.input_file), prof, bc.cache_gb, concurrency, bc.request_count,
-                         bc.warmup_request_count, policy, bc.streaming, bc.request_rate,
-                         bc.arrival, bc.seed)
+    res = run_simulation(Path(bc.input_file), prof, _capacity(prof, bc.cache_gb), concurrency,
+                         bc.request_count, bc.warmup_request_count, policy, bc.streaming,
+                         bc.request_rate, bc.arrival, bc.seed)
+    assert res.engine is not None, "run_simulation returns its engine"
     config = bc.public()
     config["mode"] = "virtual"
     export = build_export(res.records, input_config=config,
@@ -239,38 +253,44 @@ def run_virtual(bc: BenchConfig, prof, predicted: dict | None) -> dict:
     return export
 
 
-def _dataset_prediction(cfg: SweepConfig, prof, cache_gb: float, memo: dict) -> dict | None:
-    """Virtual runs: the analysis' exact LRU prediction for the dataset in file order."""
-    if not cfg.base.predict:
-        return None
-    target = prof.cache_target()
-    if cache_gb is None:
-        cache_gb = target.default_capacity
-    key = (target.name, target.key, target.present, prof.model, cache_gb)
-    if key in memo:
-        return memo[key]
-    from ..analysis.predict import Semantics, analyze
-    from ..analysis.trace import trace_from_dataset
-    from ..vlm import resolve_model
+class _Predictions:
+    """Virtual runs: the analysis' exact LRU prediction for the dataset in file order, one per
+    (cache, model, size); the dataset's trace read once per cache key."""
 
-    tkey = (target.key,)
-    if tkey not in memo:
-        memo[tkey] = trace_from_dataset(Path(cfg.base.input_file), key_mode=target.key)
-    trace = memo[tkey]
-    insert = "schedule" if target.insert_on_lookup else "completion"
-    a = analyze(trace, resolve_model(prof.model),
-                Semantics(target=target.name, oversize=target.oversize, insert=insert),
-                cache_bytes=[target.capacity(cache_gb)], want_curve=False)
-    c = a.summary["capacities"][0]
-    memo[key] = {"references": a.summary["references"], "hits": c["hits"],
-                 "misses": a.summary["references"] - c["hits"], "hit_rate": c["hit_rate"],
-                 "model": prof.model, "cache_gb": cache_gb,
-                 "order": "dataset file order (mmdatagen analyze)",
-                 "note": "one pass in file order, warmup not counted separately"}
-    return memo[key]
+    def __init__(self, dataset: Path) -> None:
+        self.dataset = dataset
+        self.traces: dict[str, Any] = {}
+        self.done: dict[tuple[object, ...], dict[str, Any]] = {}
+
+    def get(self, prof: Profile, cache_gb: float | None) -> dict[str, Any]:
+        target = prof.cache_target()
+        size = _capacity(prof, cache_gb)
+        key = (target.name, target.key, target.present, prof.model, size)
+        if key not in self.done:
+            self.done[key] = self._predict(prof, size)
+        return self.done[key]
+
+    def _predict(self, prof: Profile, cache_gb: float) -> dict[str, Any]:
+        from ..analysis.predict import Semantics, analyze
+        from ..analysis.trace import trace_from_dataset
+        from ..vlm import resolve_model
+
+        target = prof.cache_target()
+        if target.key not in self.traces:
+            self.traces[target.key] = trace_from_dataset(self.dataset, key_mode=target.key)
+        insert = "schedule" if target.insert_on_lookup else "completion"
+        a = analyze(self.traces[target.key], resolve_model(prof.model),
+                    Semantics(target=target.name, oversize=target.oversize, insert=insert),
+                    cache_bytes=[target.capacity(cache_gb)], want_curve=False)
+        c = a.summary["capacities"][0]
+        return {"references": a.summary["references"], "hits": c["hits"],
+                "misses": a.summary["references"] - c["hits"], "hit_rate": c["hit_rate"],
+                "model": prof.model, "cache_gb": cache_gb,
+                "order": "dataset file order (mmdatagen analyze)",
+                "note": "one pass in file order, warmup not counted separately"}
 
 
-def row_of(export: dict) -> dict[str, Any]:
+def row_of(export: Export) -> dict[str, Any]:
     """The sweep's per-run numbers from an export."""
     row: dict[str, Any] = {}
     for name, (tag, stat) in ROW_METRICS.items():
@@ -285,80 +305,131 @@ def row_of(export: dict) -> dict[str, Any]:
     return row
 
 
-def run_sweep(cfg: SweepConfig, log: Callable[[str], None] | None = None) -> dict:
-    """Run (or resume) every point and repeat; write sweep.json, sweep.csv (and the report)."""
-    from ..io.atomic import atomic_write_bytes
-    from .run import run_bench
+@dataclass
+class SweepResult:
+    """The sweep document (as in ``sweep.json``) and the files written."""
 
+    doc: dict[str, Any]
+    json: Path
+    csv: Path
+    report: ReportFiles | None = None
+
+
+def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
+    """Run (or resume) every point and repeat; write sweep.json, sweep.csv (and the report)."""
     _validate(cfg)
     out = Path(cfg.output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create {out}: {exc.strerror}") from None
-    log = log or (lambda s: None if cfg.quiet else print(s, file=sys.stderr, flush=True))
-    points = cfg.expand()
-    total = len(points) * cfg.repeats
-    memo: dict = {}
-    doc_points = []
-    reps: dict[str, dict] = {}
-    no_metrics: list[str] = []  # said once per sweep
-    k = 0
-    for params in points:
-        name = point_name(params)
-        prof, prof_ref = _profile_for(cfg, params)
-        runs = []
-        for r in range(1, cfg.repeats + 1):
-            k += 1
-            run_dir = out / name / f"r{r}"
-            bc = _run_config(cfg, params, r - 1, run_dir, prof_ref)
-            export = _load_done(run_dir)
-            resumed = export is not None
-            if resumed:
-                log(f"[{k}/{total}] {name} repeat {r}: export exists, not run again")
-                if cfg.base.goodput and (export.get("goodput") or {}).get("slos") != cfg.base.goodput:
-                    from .goodput import goodput_from_records_file
+    runner = _Runner(cfg, out, log or _stderr_log(cfg.quiet))
+    doc = sweep_document(cfg, [runner.point(params) for params in cfg.expand()])
+    return _write(cfg, out, doc, runner.representatives)
 
-                    gp = goodput_from_records_file(run_dir / RECORDS_NAME, export,
-                                                   cfg.base.goodput)
-                    if gp is not None:
-                        export.update(gp)
-            else:
-                log(f"[{k}/{total}] {name} repeat {r}: running")
-                if cfg.virtual:
-                    export = run_virtual(bc, prof, _dataset_prediction(cfg, prof, bc.cache_gb,
-                                                                        memo))
-                else:
-                    result = run_bench(bc)
-                    export = result.export
-                    if export.get("was_cancelled"):
-                        raise UserError(f"{name} repeat {r} was interrupted; partial exports in "
-                                        f"{run_dir} (run the sweep again to resume)")
-            series = export.get("server_metrics_timeseries")
-            if isinstance(series, dict) and not series.get("available") and not no_metrics:
-                no_metrics.append(series.get("reason"))
-                log(f"note: server metrics not collected: {series.get('reason')}")
-            if r == 1:
-                reps[name] = export
-            runs.append({"repeat": r, "dir": str(run_dir), "resumed": resumed, "seed": bc.seed,
-                         **row_of(export)})
+
+def _stderr_log(quiet: bool) -> Log:
+    def log(line: str) -> None:
+        if not quiet:
+            print(line, file=sys.stderr, flush=True)
+    return log
+
+
+class _Runner:
+    """Runs (or reads back) each point's repeats, numbering them across the sweep."""
+
+    def __init__(self, cfg: SweepConfig, out: Path, log: Log) -> None:
+        self.cfg, self.out, self.log = cfg, out, log
+        self.total = len(cfg.expand()) * cfg.repeats
+        self.done = 0
+        self.predictions = _Predictions(Path(cfg.base.input_file))
+        self.representatives: dict[str, Export] = {}  # point -> its first repeat's export
+        self.metrics_noted = False  # "server metrics not collected" is said once per sweep
+
+    def point(self, params: Params) -> dict[str, Any]:
+        """Every repeat of one point, and the summary of each metric over them."""
+        name = point_name(params)
+        prof, prof_ref = _profile_for(self.cfg, params)
+        runs = [self.repeat(name, params, r, prof, prof_ref)
+                for r in range(1, self.cfg.repeats + 1)]
         summary = {m: summarize([run[m] for run in runs]) for m in METRIC_NAMES}
-        doc_points.append({"name": name, "params": params, "runs": runs, "summary": summary})
-    doc = {"mmdatagen_version": __version__, "dataset": str(cfg.base.input_file),
-           "target": cfg.target(), "grid": cfg.grid, "repeats": cfg.repeats,
-           "goodput_slos": cfg.base.goodput or None,
-           "statistics": "mean over repeats; 95 % confidence interval of the mean with Student's "
-                         "t (n-1 degrees of freedom); std is the sample standard deviation",
-           "base_config": cfg.base.public(), "points": doc_points}
-    atomic_write_bytes(out / SWEEP_JSON, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    atomic_write_bytes(out / SWEEP_CSV, to_csv(doc).encode())
-    paths: dict[str, Any] = {"json": out / SWEEP_JSON, "csv": out / SWEEP_CSV}
+        return {"name": name, "params": params, "runs": runs, "summary": summary}
+
+    def repeat(self, name: str, params: Params, r: int, prof: Profile, prof_ref: str
+               ) -> dict[str, Any]:
+        """Repeat ``r`` of a point: its export read back when complete, else run."""
+        self.done += 1
+        run_dir = self.out / name / f"r{r}"
+        bc = _run_config(self.cfg, params, r - 1, run_dir, prof_ref)
+        tag = f"[{self.done}/{self.total}] {name} repeat {r}"
+        export = self._resume(run_dir, tag)
+        resumed = export is not None
+        if export is None:
+            self.log(f"{tag}: running")
+            export = self._run(bc, prof, f"{name} repeat {r}")
+        self._note_metrics(export)
+        if r == 1:
+            self.representatives[name] = export
+        return {"repeat": r, "dir": str(run_dir), "resumed": resumed, "seed": bc.seed,
+                **row_of(export)}
+
+    def _resume(self, run_dir: Path, tag: str) -> Export | None:
+        """A complete export already there (goodput recomputed when the objectives changed)."""
+        export = _load_done(run_dir)
+        if export is None:
+            return None
+        self.log(f"{tag}: export exists, not run again")
+        slos = self.cfg.base.goodput
+        if slos and (export.get("goodput") or {}).get("slos") != slos:
+            from .goodput import goodput_from_records_file
+
+            gp = goodput_from_records_file(run_dir / RECORDS_NAME, export, slos)
+            if gp is not None:
+                export.update(gp)
+        return export
+
+    def _run(self, bc: BenchConfig, prof: Profile, what: str) -> Export:
+        if self.cfg.virtual:
+            predicted = self.predictions.get(prof, bc.cache_gb) if bc.predict else None
+            return run_virtual(bc, prof, predicted)
+        from .run import run_bench
+
+        export = run_bench(bc).export
+        if export.get("was_cancelled"):
+            raise UserError(f"{what} was interrupted; partial exports in {bc.output_dir} (run "
+                            f"the sweep again to resume)")
+        return export
+
+    def _note_metrics(self, export: Export) -> None:
+        series = export.get("server_metrics_timeseries")
+        if isinstance(series, dict) and not series.get("available") and not self.metrics_noted:
+            self.metrics_noted = True
+            self.log(f"note: server metrics not collected: {series.get('reason')}")
+
+
+def sweep_document(cfg: SweepConfig, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """``sweep.json``: the setting, then every point with its runs and summaries."""
+    return {"mmdatagen_version": __version__, "dataset": str(cfg.base.input_file),
+            "target": cfg.target(), "grid": cfg.grid, "repeats": cfg.repeats,
+            "goodput_slos": cfg.base.goodput or None,
+            "statistics": "mean over repeats; 95 % confidence interval of the mean with "
+                          "Student's t (n-1 degrees of freedom); std is the sample standard "
+                          "deviation",
+            "base_config": cfg.base.public(), "points": points}
+
+
+def _write(cfg: SweepConfig, out: Path, doc: dict[str, Any],
+           representatives: dict[str, Export]) -> SweepResult:
+    from ..io.atomic import atomic_write_bytes
+
+    res = SweepResult(doc, out / SWEEP_JSON, out / SWEEP_CSV)
+    atomic_write_bytes(res.json, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    atomic_write_bytes(res.csv, to_csv(doc).encode())
     if cfg.report:
         from ..report.html import sweep_report
 
-        paths["report"] = sweep_report(doc, reps).write(out, png=cfg.png)
-    doc["_paths"] = paths
-    return doc
+        res.report = sweep_report(doc, representatives).write(out, png=cfg.png)
+    return res
 
 
 def to_csv(doc: dict) -> str:
