@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .exportmodel import ErrorCount, RunBlock, StatsBlock
+from .exportmodel import ErrorCount, ErrorDetails, RunBlock, StatsBlock
 
 SCHEMA_VERSION = "1.4"
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -62,7 +62,7 @@ class RequestRecord:
     output_tokens: int
     input_tokens: int | None
     num_images: int
-    error: dict | None
+    error: ErrorDetails | None
     image_hits: int | None
     image_misses: int | None
     server_ttft_ns: int | None

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..errors import UserError
+from ..exportmodel import ErrorDetails
 from .failures import (
     DEFAULT_MAX_RESPONSE_BYTES,
     ErrorKind,
@@ -54,7 +55,7 @@ class Result:
     image_hits: int | None = None
     image_misses: int | None = None
     server_ttft_ns: int | None = None
-    error: dict | None = None
+    error: ErrorDetails | None = None  # the export form of a failures.RequestFailure
 
 
 def _int_or_none(v: bytes | str | None) -> int | None:
@@ -335,7 +336,7 @@ class _Exchange:
         if not self.fut.done():
             self.fut.set_result(None)
 
-    def fail(self, err: dict) -> None:
+    def fail(self, err: ErrorDetails) -> None:
         self.state = 3
         self.keep_alive = False
         if self.res.error is None:
@@ -562,10 +563,13 @@ class AiohttpClient:
         await self.session.close()
 
 
+Client = RawClient | AiohttpClient  # the same request() and close()
+
+
 def make_client(kind: str, url: str, *, timeout_s: float, headers: dict[str, str],
-                max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
+                max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> tuple[Client, Target]:
     """``raw`` (default; falls back to aiohttp for https) or ``aiohttp``."""
     target = Target.parse(url)
-    cls = RawClient if kind == "raw" and target.scheme == "http" else AiohttpClient
+    cls: type[Client] = RawClient if kind == "raw" and target.scheme == "http" else AiohttpClient
     return cls(target, timeout_s=timeout_s, headers=headers,
                max_response_bytes=max_response_bytes), target

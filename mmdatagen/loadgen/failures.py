@@ -11,6 +11,8 @@ import asyncio
 import enum
 from dataclasses import dataclass
 
+from ..exportmodel import ErrorDetails
+
 DEFAULT_MAX_RESPONSE_BYTES = 64 << 20  # per response; a larger one is ResponseTooLarge
 
 
@@ -38,21 +40,21 @@ class RequestFailure:
     message: str
     code: int | str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> ErrorDetails:
         return {"type": self.kind.value, "code": self.code, "message": self.message}
 
 
-def error(kind: ErrorKind | str, message: str, code: int | str | None = None) -> dict:
+def error(kind: ErrorKind | str, message: str, code: int | str | None = None) -> ErrorDetails:
     """The export form of a failure (``{"type", "code", "message"}``)."""
     return RequestFailure(ErrorKind(kind), message, code).as_dict()
 
 
-def too_large(limit: int) -> dict:
+def too_large(limit: int) -> ErrorDetails:
     return error(ErrorKind.TOO_LARGE, f"response larger than {limit / (1 << 20):g} MB; stopped "
                                       "reading (raise --max-response-mb)")
 
 
-def classify_aiohttp(exc: BaseException, timeout_s: float) -> dict:
+def classify_aiohttp(exc: BaseException, timeout_s: float) -> ErrorDetails:
     """The failure an aiohttp exception means, in the raw client's terms."""
     import aiohttp
     from aiohttp import http_exceptions

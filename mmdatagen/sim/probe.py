@@ -46,6 +46,7 @@ async def drive(url: str, bodies: list[bytes], concurrency: int, warmup: int = 0
     """Send ``bodies`` in order with ``concurrency`` slots (warmup drained first)."""
     import aiohttp
 
+    from ..exportmodel import ErrorDetails
     from ..metrics import RequestRecord
 
     records: list[RequestRecord] = []
@@ -67,8 +68,8 @@ async def drive(url: str, bodies: list[bytes], concurrency: int, warmup: int = 0
                 doc = await resp.read()
                 last = first = time.perf_counter_ns()
                 n = orjson.loads(doc).get("usage", {}).get("completion_tokens", 0)
-            err = None if resp.status == 200 else {"type": "http", "code": resp.status,
-                                                   "message": ""}
+            err: ErrorDetails | None = None if resp.status == 200 else {
+                "type": "http", "code": resp.status, "message": ""}
         records.append(RequestRecord(
             conversation_id=f"row{i}", turn_index=0, phase=phase, start_ns=start,
             first_token_ns=first, end_ns=last, output_tokens=n, input_tokens=None, num_images=0,
