@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import signal
+import urllib.error
 import urllib.request
 
 import orjson
@@ -133,3 +134,60 @@ def test_simulate_cache_sweep(run_cli, tmp_path):
     assert "Hit rate %" in res.output
     bad = run_cli("simulate", data, "--sweep-cache-gb", "a,b")
     assert bad.exit_code == 2 and "--sweep-cache-gb" in bad.output
+
+
+def test_simulator_spec_round_trips_as_json_and_refuses_bad_values(tmp_path):
+    from mmdatagen.spec.sim import Simulator
+
+    spec = Simulator().with_values({"profile": "zero-delay", "embedding_cache_gb": 2.5,
+                                    "served_model_name": ("a", "b"), "model_path": tmp_path,
+                                    "fault_seed": 7, "port": 0})
+    assert Simulator.from_json(spec.to_json()) == spec
+    for doc, needle in [(b'{"engine": {"max_running": 0}}', "max_running"),
+                        (b'{"engine": {"nope": 1}}', "unknown simulator settings: nope"),
+                        (b'{"other": {}}', "must be an object of"),
+                        (b'{"faults": {"fault_stall_ms": NaN}}', "finite")]:
+        with pytest.raises(UserError, match=needle):
+            Simulator.from_json(doc)
+
+
+def test_sim_args_override_only_the_flags_given():
+    from mmdatagen.spec.sim import Simulator, parse_sim_args
+
+    base = Simulator().with_values({"embedding_cache_gb": 3.0, "time_scale": 2.0})
+    got = parse_sim_args(["--max-running", "8", "--fault-error-rate=0.5"], base)
+    assert (got.engine.max_running, got.faults.fault_error_rate) == (8, 0.5)
+    assert (got.cache.embedding_cache_gb, got.server.time_scale) == (3.0, 2.0)
+    assert parse_sim_args([], base) is base
+
+
+@pytest.mark.parametrize("arg,needle", [("--fault-error-rate=2", "--fault-error-rate must be"),
+                                        ("--max-running=x", "not a valid integer"),
+                                        ("--no-such-flag", "No such option"),
+                                        ("--cache-size=-1", "--cache-size must not be negative")])
+def test_bad_sim_arg_is_one_line_before_any_server_starts(run_cli, tmp_path, arg, needle):
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(b'{"text": "hi"}\n')
+    res = run_cli("bench", "--input-file", data, "-q", "--output-dir", tmp_path / "out",
+                  f"--sim-arg={arg}")
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert res.output.startswith("error: --sim-arg: ") and needle in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_embedded_server_runs_its_typed_spec():
+    """Settings reach the child as a Simulator spec: the faults and the cache size given."""
+    from mmdatagen.spec.sim import Simulator
+
+    spec = Simulator().with_values({"profile": "zero-delay", "embedding_cache_gb": 0.0,
+                                    "fault_error_rate": 1.0, "fault_error_status": 503})
+    with EmbeddedServer(spec=spec) as srv:
+        assert srv.url.startswith("http://127.0.0.1:")
+        req = urllib.request.Request(srv.url + "/v1/chat/completions",
+                                     data=orjson.dumps({"model": MODEL, "max_tokens": 2,
+                                                        "messages": [{"role": "user",
+                                                                      "content": "hi"}]}),
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req)
+        assert err.value.code == 503

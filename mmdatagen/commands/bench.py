@@ -61,23 +61,9 @@ def ab(**v: Any) -> None:
         if not load.quiet:
             click.echo(run_summary(tag, result.export), err=True)
 
-    a, b = run_ab(load, runs, make(AbCache, v), started, done, v["goodput"], _parse_sim_args)
+    a, b = run_ab(load, runs, make(AbCache, v), started, done, v["goodput"])
     _emit_comparison(a, b, runs.labels, Path(runs.output_dir), runs.chart,
                      report=not v["no_report"], kind="ab", png=v["png"])
-
-
-def _parse_sim_args(args: list[str]) -> None:
-    """A run's simulator arguments, parsed as ``serve`` parses them (before anything starts)."""
-    from ..spec.cache import SimCache
-    from ..spec.sim import Engine, Faults, Server
-    from .serve import serve
-
-    try:
-        params = serve.make_context("serve", list(args), resilient_parsing=False).params
-    except click.ClickException as exc:
-        raise UserError(f"simulator argument: {exc.format_message()}") from None
-    for cls in (Server, Engine, SimCache, Faults):
-        make(cls, params)
 
 
 def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool,

@@ -8,7 +8,7 @@ import click
 
 from ..spec.cache import Geometry, SimCache, SweepCache
 from ..spec.cli import make, options
-from ..spec.sim import Engine, Faults, Server, VirtualRun
+from ..spec.sim import Engine, Faults, Server, Simulator, VirtualRun
 
 
 @click.command()
@@ -17,8 +17,8 @@ def serve(**v: Any) -> None:
     """Serve an OpenAI-compatible VLM serving SIMULATOR (a performance model, not a language model)."""
     from ..sim.run import serve_spec
 
-    serve_spec(make(Server, v), make(Engine, v), make(SimCache, v), make(Faults, v),
-               make(Geometry, v))
+    serve_spec(Simulator(make(Server, v), make(Engine, v), make(SimCache, v), make(Geometry, v),
+                         make(Faults, v)))
 
 
 @click.command()

@@ -211,20 +211,6 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
     return ImageTracker(model, target, capacity, encoder), None
 
 
-def embedded_cache_args(cfg: Any) -> list[str]:
-    """``serve`` arguments that make the embedded simulator run the asked target and geometry."""
-    args: list[str] = []
-    if cfg.cache_explicit:
-        args += ["--cache", cfg.cache]
-    if cfg.model_path:
-        args += ["--model-path", str(cfg.model_path)]
-    for key, value in (cfg.geometry or {}).items():
-        if key == "dtype_bytes":
-            key, value = "dtype", {1: "fp8", 2: "bfloat16", 4: "float32"}[value]
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    return args
-
-
 def prediction_result(tracker: ImageTracker | None, note: str | None, records: list,
                       started: int, timeline: dict | None) -> dict | None:
     """The export's ``predicted`` block (per-request predictions are set on the records)."""

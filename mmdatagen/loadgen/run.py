@@ -19,7 +19,7 @@ from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .failures import DEFAULT_MAX_RESPONSE_BYTES
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
-from .predict import embedded_cache_args, fetch_timeline, prediction_result, prediction_setup
+from .predict import fetch_timeline, prediction_result, prediction_setup
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.IGNORECASE)
@@ -427,6 +427,28 @@ def check_config(cfg: BenchConfig) -> None:
         load_profile(cfg.profile)
         if cfg.cache_gb is not None and cfg.cache_gb < 0:
             raise UserError("the cache size must not be negative")
+        simulator_spec(cfg)
+
+
+DTYPE_NAMES = {1: "fp8", 2: "bfloat16", 4: "float32"}  # Geometry.values()'s dtype_bytes back
+
+
+def simulator_spec(cfg: BenchConfig):  # -> spec.sim.Simulator
+    """The embedded simulator's settings: the run's profile, cache target and capacity, model
+    geometry and time scale, then ``--sim-arg`` (parsed and checked here, before any server
+    starts: a bad one is one error line)."""
+    from ..spec.sim import Simulator, parse_sim_args
+
+    values: dict[str, Any] = {"profile": cfg.profile, "embedding_cache_gb": cfg.cache_gb,
+                              "time_scale": cfg.time_scale, "model_path": cfg.model_path}
+    if cfg.cache_explicit:
+        values["cache"] = cfg.cache
+    for key, size in (cfg.geometry or {}).items():
+        if key == "dtype_bytes":
+            values["dtype"] = DTYPE_NAMES[size]
+        else:
+            values[key] = size
+    return parse_sim_args(cfg.sim_args, Simulator().with_values(values))
 
 
 def run_bench(cfg: BenchConfig) -> BenchResult:
@@ -436,9 +458,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
         return _run_loop(_run_async(cfg, cfg.url))
     from ..sim.embedded import EmbeddedServer
 
-    server = EmbeddedServer(profile=cfg.profile, cache_gb=cfg.cache_gb,
-                            extra_args=[*embedded_cache_args(cfg), *cfg.sim_args],
-                            time_scale=cfg.time_scale)
+    server = EmbeddedServer(spec=simulator_spec(cfg))
     try:
         server.start()
     except KeyboardInterrupt:  # stopped while the simulator starts: an empty, cancelled export

@@ -52,11 +52,10 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
     return cfg
 
 
-def ab_configs(load: Load, runs: AbRuns, cache: AbCache, goodput: tuple[str, ...] = (),
-               check_sim_args: Callable[[list[str]], None] | None = None
+def ab_configs(load: Load, runs: AbRuns, cache: AbCache, goodput: tuple[str, ...] = ()
                ) -> list[tuple[str, str, BenchConfig]]:
-    """(tag, label, config) of run A and run B, both checked before either starts
-    (``check_sim_args`` parses a run's simulator arguments as ``serve`` would)."""
+    """(tag, label, config) of run A and run B, both checked before either starts (their
+    simulator settings too: ``run.simulator_spec``)."""
     if load.concurrency is None and load.request_rate is None:
         load = replace(load, concurrency=AB_CONCURRENCY)
     out = []
@@ -67,8 +66,6 @@ def ab_configs(load: Load, runs: AbRuns, cache: AbCache, goodput: tuple[str, ...
             cfg = bench_config(load, url=None, cache_gb=gb,
                                output_dir=Path(runs.output_dir) / tag, profile=prof,
                                sim_args=extra, goodput=goodput)
-            if check_sim_args is not None:
-                check_sim_args(cfg.sim_args)
         except UserError as exc:
             raise UserError(f"run {tag.upper()}: {exc}") from None
         out.append((tag, label, cfg))
@@ -78,13 +75,12 @@ def ab_configs(load: Load, runs: AbRuns, cache: AbCache, goodput: tuple[str, ...
 def run_ab(load: Load, runs: AbRuns, cache: AbCache,
            on_start: Callable[[str, str, BenchConfig], None] | None = None,
            on_done: Callable[[str, BenchResult], None] | None = None,
-           goodput: tuple[str, ...] = (),
-           check_sim_args: Callable[[list[str]], None] | None = None) -> list[dict]:
+           goodput: tuple[str, ...] = ()) -> list[dict]:
     """Both runs on the embedded simulator; their exports (an interrupted run is an error)."""
     from .run import run_bench
 
     exports = []
-    for tag, label, cfg in ab_configs(load, runs, cache, goodput, check_sim_args):
+    for tag, label, cfg in ab_configs(load, runs, cache, goodput):
         if on_start is not None:
             on_start(tag, label, cfg)
         result = run_bench(cfg)

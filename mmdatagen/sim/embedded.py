@@ -1,9 +1,12 @@
-"""Start ``mmdatagen serve`` as a subprocess on a free loopback port (the loader's default target).
+"""Start the simulator as a subprocess on a free loopback port (the loader's default target).
 
     with EmbeddedServer("qwen3-vl-30b-gb200", cache_gb=10) as srv:
         ...  # srv.url == "http://127.0.0.1:PORT"
+    EmbeddedServer(spec=Simulator(...))  # every serve setting, typed (spec/sim.py)
 
-A subprocess, so client and server never share a GIL.
+A subprocess, so client and server never share a GIL. Its settings are one typed
+:class:`~mmdatagen.spec.sim.Simulator`, sent as JSON on the child's standard input to its one
+entry point (``python -m mmdatagen.sim.child``); no command line is built.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from typing import Self
 
 from ..errors import UserError
 from ..lifecycle import DIE_WITH
+from ..spec.sim import Simulator
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -37,21 +41,20 @@ class EmbeddedServer:
     sends it SIGTERM) and leaves nothing on disk: its address comes from its first stdout line."""
 
     def __init__(self, profile: str = "qwen3-vl-30b-gb200", cache_gb: float | None = 10.0,
-                 extra_args: list[str] | tuple[str, ...] = (), time_scale: float = 1.0,
-                 startup_timeout: float = 30.0, grace: float = 5.0) -> None:
-        self.profile, self.cache_gb = profile, cache_gb
-        self.extra_args, self.time_scale = list(extra_args), time_scale
+                 time_scale: float = 1.0, startup_timeout: float = 30.0, grace: float = 5.0, *,
+                 spec: Simulator | None = None) -> None:
+        """``spec``: every setting of the server; without it, ``profile``, ``cache_gb`` (None:
+        the target's default) and ``time_scale`` over ``serve``'s defaults. It always listens
+        on a free loopback port."""
+        if spec is None:
+            spec = Simulator().with_values({"profile": profile, "embedding_cache_gb": cache_gb,
+                                            "time_scale": time_scale})
+        self.spec = spec.with_values({"host": "127.0.0.1", "port": 0, "ready_file": None})
         self.startup_timeout, self.grace = startup_timeout, grace
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.port = 0
         self._stderr: collections.deque[str] = collections.deque(maxlen=40)
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "mmdatagen", "serve", "--host", "127.0.0.1", "--port", "0",
-                "--profile", self.profile,
-                *(() if self.cache_gb is None else ("--cache-size", str(self.cache_gb))),
-                "--time-scale", str(self.time_scale), *self.extra_args]
 
     def start(self) -> EmbeddedServer:
         lines: queue.Queue[str | None] = queue.Queue()
@@ -59,23 +62,29 @@ class EmbeddedServer:
         # in-flight requests for its grace period and stops the simulator itself.
         # The child asks the kernel for SIGTERM when this process dies (lifecycle.DIE_WITH).
         env = {**os.environ, DIE_WITH: str(os.getpid())}
-        self.proc = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, start_new_session=True, env=env)
-        threading.Thread(target=_drain, args=(self.proc.stdout, lines.put), daemon=True).start()
-        threading.Thread(target=_drain, args=(self.proc.stderr, self._stderr.append),
+        proc = self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mmdatagen.sim.child"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, stdin=subprocess.PIPE, start_new_session=True, env=env)
+        assert proc.stdin is not None  # PIPE
+        try:
+            proc.stdin.write(self.spec.to_json())
+            proc.stdin.close()
+        except OSError:  # it died before reading: its stderr says why (_wait_url)
+            pass
+        threading.Thread(target=_drain, args=(proc.stdout, lines.put), daemon=True).start()
+        threading.Thread(target=_drain, args=(proc.stderr, self._stderr.append),
                          daemon=True).start()
         deadline = time.monotonic() + self.startup_timeout
         try:
-            self.url = self._wait_url(lines, deadline)
+            self.url = self._wait_url(proc, lines, deadline)
             self.port = int(self.url.rsplit(":", 1)[1])
-            self._wait_healthy(deadline)
+            self._wait_healthy(proc, deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_url(self, lines: queue.Queue, deadline: float) -> str:
+    def _wait_url(self, proc: subprocess.Popen, lines: queue.Queue, deadline: float) -> str:
         while True:
             try:
                 line = lines.get(timeout=0.05)
@@ -83,13 +92,13 @@ class EmbeddedServer:
                 line = ""
             if line and (m := LISTENING.search(line)):
                 return m.group(1)
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 time.sleep(0.05)  # let the stderr reader catch the last words
                 raise UserError(f"embedded simulator failed to start: {self._stderr_tail()}")
             if time.monotonic() > deadline:
                 raise UserError("embedded simulator did not start in time")
 
-    def _wait_healthy(self, deadline: float) -> None:
+    def _wait_healthy(self, proc: subprocess.Popen, deadline: float) -> None:
         while True:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
@@ -97,7 +106,7 @@ class EmbeddedServer:
                         return
             except OSError:
                 pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is not None or time.monotonic() > deadline:
                 raise UserError(f"embedded simulator not healthy: {self._stderr_tail()}")
             time.sleep(0.02)
 
@@ -129,8 +138,9 @@ class EmbeddedServer:
         self.stop()
 
     def __del__(self) -> None:  # pragma: no cover - best effort: never leave a server behind
-        if getattr(self, "proc", None) is not None:
+        proc = getattr(self, "proc", None)
+        if proc is not None:
             try:
-                self.proc.kill()
+                proc.kill()
             except OSError:
                 pass

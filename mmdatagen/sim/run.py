@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -16,6 +17,9 @@ from ..errors import UserError
 from ..io.atomic import atomic_write_bytes, check_target
 from .faults import FaultConfig
 from .server import SimServer
+
+if TYPE_CHECKING:
+    from ..spec.sim import Simulator
 
 
 class OneLineBadRequests(logging.Filter):
@@ -103,13 +107,14 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
     runner(serve_forever(sim, host, port, ready_file))
 
 
-def serve_spec(server, engine, cache, faults, geometry=None) -> None:
-    """``mmdatagen serve``: build the simulator from its specs (spec.sim Server/Engine,
-    SimCache, Faults, Geometry) and run it until stopped."""
+def serve_spec(settings: Simulator) -> None:
+    """``mmdatagen serve`` and the embedded simulator (``sim/child.py``): build the simulator
+    from its spec and run it until stopped."""
     from .study import engine_model, load_engine_profile
 
-    prof = load_engine_profile(engine, cache)
-    sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale, FaultConfig.from_spec(faults).validate(),
-                    server.api_key, tuple(server.served_model_name),
-                    model=engine_model(prof, geometry))
+    server, cache = settings.server, settings.cache
+    prof = load_engine_profile(settings.engine, cache)
+    sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale,
+                    FaultConfig.from_spec(settings.faults).validate(), server.api_key,
+                    tuple(server.served_model_name), model=engine_model(prof, settings.geometry))
     run(sim, server.host, server.port, server.ready_file)

@@ -111,10 +111,11 @@ class _Waiter:
 class SimServer:
     """State and handlers of one simulator instance."""
 
-    def __init__(self, profile: Profile, cache_gb: float, time_scale: float = 1.0,
+    def __init__(self, profile: Profile, cache_gb: float | None, time_scale: float = 1.0,
                  faults: FaultConfig | None = None, api_key: str | None = None,
                  served_names: tuple[str, ...] = (), model: VisionModel | None = None) -> None:
-        """``cache_gb``: the capacity of the profile's cache target, in that target's unit."""
+        """``cache_gb``: the capacity of the profile's cache target, in that target's unit
+        (None: the target's default)."""
         self.p = profile
         self.model = model or resolve_model(profile.model)
         self.engine = Engine(profile, cache_gb)

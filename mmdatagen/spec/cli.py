@@ -106,6 +106,22 @@ def make(cls: type[T], values: Mapping[str, Any], **overrides: Any) -> T:
         raise for_cli(exc) from None
 
 
+def given_flags(classes: Iterable[type], args: Iterable[str], prog: str) -> dict[str, Any]:
+    """The fields set by a command line of ``classes``' flags (strings, as a user typed them),
+    parsed by the same generated options; fields not on that line (defaults, environment
+    variables) are absent. A parse error is a ``UserError`` (Click's one-line message)."""
+    from click.core import ParameterSource
+
+    command = options(*classes)(click.Command(prog, params=[]))
+    assert isinstance(command, click.Command)
+    try:
+        ctx = command.make_context(prog, list(args), resilient_parsing=False)
+    except click.ClickException as exc:
+        raise UserError(exc.format_message()) from None
+    return {name: value for name, value in ctx.params.items()
+            if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+
+
 # ---------------------------------------------------------------------------------------------
 # --config presets: they override defaults only; every value is checked like a flag's value
 

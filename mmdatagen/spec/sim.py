@@ -1,11 +1,17 @@
-"""Simulator specs: the engine profile, ``serve``'s server and faults, ``simulate``'s run."""
+"""Simulator specs: the engine profile, ``serve``'s server and faults, ``simulate``'s run, and
+:class:`Simulator` (every ``serve`` setting in one value, for the embedded simulator)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
+from ..errors import SpecError, UserError
 from . import common
-from .base import option, spec
+from .base import option, spec, validate
+from .cache import Geometry, SimCache
 
 
 @spec
@@ -80,3 +86,81 @@ class VirtualRun:
     output_dir: Path | None = option(None, "--output-dir", "Write profile_export_mmdatagen.json "
                                      "and records.jsonl here.", kind=Path)
     quiet: bool = common.quiet("No table.")
+
+
+@dataclass(frozen=True)
+class Simulator:
+    """Every setting of one ``serve``: what the embedded simulator's child process receives,
+    as JSON on its standard input (``sim/child.py``), instead of a command line."""
+
+    server: Server = field(default_factory=Server)
+    engine: Engine = field(default_factory=Engine)
+    cache: SimCache = field(default_factory=SimCache)
+    geometry: Geometry = field(default_factory=Geometry)
+    faults: Faults = field(default_factory=Faults)
+
+    def validated(self) -> Simulator:
+        return Simulator(*(validate(getattr(self, part)) for part in PARTS))
+
+    def with_values(self, values: Mapping[str, Any]) -> Simulator:
+        """A copy with fields replaced by name (any part's), every part validated."""
+        unknown = set(values) - {f.name for part in PARTS for f in fields(PART_TYPES[part])}
+        if unknown:
+            raise UserError(f"unknown simulator settings: {', '.join(sorted(unknown))}")
+        return Simulator(*(replace(getattr(self, part), **{
+            f.name: values[f.name] for f in fields(PART_TYPES[part]) if f.name in values})
+            for part in PARTS)).validated()
+
+    def to_json(self) -> bytes:
+        doc = {part: {f.name: _plain(getattr(getattr(self, part), f.name))
+                      for f in fields(PART_TYPES[part])} for part in PARTS}
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Simulator:
+        """The spec back from :meth:`to_json`, checked field by field like a flag's value."""
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise UserError(f"simulator settings are not JSON: {exc}") from None
+        if not isinstance(doc, dict) or set(doc) - set(PARTS):
+            raise UserError("simulator settings must be an object of "
+                            f"{', '.join(PARTS)}")
+        values: dict[str, Any] = {}
+        for part, body in doc.items():
+            if not isinstance(body, dict):
+                raise UserError(f"simulator settings: {part} must be an object")
+            values.update(body)
+        return cls().with_values(values)
+
+
+PARTS = ("server", "engine", "cache", "geometry", "faults")
+PART_TYPES: dict[str, type] = {"server": Server, "engine": Engine, "cache": SimCache,
+                               "geometry": Geometry, "faults": Faults}
+
+
+def _plain(value: Any) -> Any:
+    """A field value as JSON: paths as strings, tuples as lists."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def parse_sim_args(args: Sequence[str], base: Simulator) -> Simulator:
+    """``--sim-arg`` values (``serve`` flags as strings: the escape hatch of ``bench``, ``ab``
+    and ``sweep``) parsed by the options generated from the same fields as ``serve``'s, laid
+    over ``base`` (only the flags given), and validated: a bad one is one ``UserError``
+    naming the flag, before any server starts."""
+    from .base import for_cli
+    from .cli import given_flags
+
+    if not args:
+        return base
+    try:
+        return base.with_values(given_flags(PART_TYPES.values(), args, "serve"))
+    except SpecError as exc:
+        raise UserError(f"--sim-arg: {for_cli(exc)}") from None
+    except UserError as exc:
+        raise UserError(f"--sim-arg: {exc}") from None
