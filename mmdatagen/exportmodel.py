@@ -1,4 +1,5 @@
-"""The typed shape of ``profile_export_mmdatagen.json`` (AIPerf schema 1.4 top level and blocks).
+"""The typed shape of ``profile_export_mmdatagen.json`` (AIPerf schema 1.4 top level and blocks)
+and of ``sweep.json``.
 
 TypedDicts: the export stays a plain JSON document, and the type checker knows its keys. Metric
 blocks sit at the top level under their tag (``time_to_first_token``, ``request_count`` ...).
@@ -77,3 +78,46 @@ class ExportHeader(TypedDict):
 
 #: The whole document: the header, the metric blocks by tag, and ``image_cache``.
 Export = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep.json (mmdatagen sweep): written by loadgen.sweep, read by the report
+
+#: A grid value: a load parameter's number, or a profile field's value (``key_mode=bytes``).
+GridValue = int | float | str
+
+
+class Summary(TypedDict):
+    """One metric over a sweep point's repeats: mean, sample std, spread, Student-t 95 % CI
+    (None where there are too few values)."""
+
+    n: int
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+    ci95_half: float | None
+
+
+class SweepPoint(TypedDict):
+    """One grid point: its parameters, each repeat's row (metric name -> value, plus
+    ``repeat``, ``dir``, ``resumed``, ``seed``) and each metric's summary over the repeats."""
+
+    name: str
+    params: dict[str, GridValue]
+    runs: list[dict[str, Any]]
+    summary: dict[str, Summary]
+
+
+class SweepDoc(TypedDict):
+    mmdatagen_version: str
+    dataset: str
+    target: str
+    grid: dict[str, list[GridValue]]
+    repeats: int
+    goodput_slos: dict[str, float] | None
+    statistics: str
+    base_config: dict[str, Any]
+    points: list[SweepPoint]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+
+from ..exportmodel import Summary
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -74,7 +75,7 @@ def t_quantile(p: float, df: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def summarize(values: Sequence[float | None], confidence: float = 0.95) -> dict[str, Any]:
+def summarize(values: Sequence[float | None], confidence: float = 0.95) -> Summary:
     """n, mean, sample std (n-1), min, max and the t confidence interval of the mean.
 
     None values (a metric a repeat did not have) are left out; with fewer than two values the
@@ -82,14 +83,15 @@ def summarize(values: Sequence[float | None], confidence: float = 0.95) -> dict[
     """
     xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     n = len(xs)
-    out: dict[str, Any] = {"n": n, "mean": None, "std": None, "min": None, "max": None,
-                           "ci95_low": None, "ci95_high": None, "ci95_half": None}
+    out: Summary = {"n": n, "mean": None, "std": None, "min": None, "max": None,
+                    "ci95_low": None, "ci95_high": None, "ci95_half": None}
     if n == 0:
         return out
     mean = sum(xs) / n
-    out.update(mean=mean, min=min(xs), max=max(xs))
+    out["mean"], out["min"], out["max"] = mean, min(xs), max(xs)
     if n >= 2:
         std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
         half = t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
-        out.update(std=std, ci95_low=mean - half, ci95_high=mean + half, ci95_half=half)
+        out["std"], out["ci95_half"] = std, half
+        out["ci95_low"], out["ci95_high"] = mean - half, mean + half
     return out

@@ -31,7 +31,7 @@ import orjson
 
 from .. import __version__
 from ..errors import SpecError, UserError
-from ..exportmodel import Export
+from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
 from ..spec.load import Load
 from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from ..report.html import ReportFiles
     from ..sim.profile import Profile
 
-GridValue = int | float | str  # a profile field may take words (key_mode=bytes,pixels)
 Params = dict[str, GridValue]  # one grid point: parameter -> value
 Log = Callable[[str], None]
 
@@ -309,7 +308,7 @@ def row_of(export: Export) -> dict[str, Any]:
 class SweepResult:
     """The sweep document (as in ``sweep.json``) and the files written."""
 
-    doc: dict[str, Any]
+    doc: SweepDoc
     json: Path
     csv: Path
     report: ReportFiles | None = None
@@ -346,7 +345,7 @@ class _Runner:
         self.representatives: dict[str, Export] = {}  # point -> its first repeat's export
         self.metrics_noted = False  # "server metrics not collected" is said once per sweep
 
-    def point(self, params: Params) -> dict[str, Any]:
+    def point(self, params: Params) -> SweepPoint:
         """Every repeat of one point, and the summary of each metric over them."""
         name = point_name(params)
         prof, prof_ref = _profile_for(self.cfg, params)
@@ -407,7 +406,7 @@ class _Runner:
             self.log(f"note: server metrics not collected: {series.get('reason')}")
 
 
-def sweep_document(cfg: SweepConfig, points: list[dict[str, Any]]) -> dict[str, Any]:
+def sweep_document(cfg: SweepConfig, points: list[SweepPoint]) -> SweepDoc:
     """``sweep.json``: the setting, then every point with its runs and summaries."""
     return {"mmdatagen_version": __version__, "dataset": str(cfg.base.input_file),
             "target": cfg.target(), "grid": cfg.grid, "repeats": cfg.repeats,
@@ -418,7 +417,7 @@ def sweep_document(cfg: SweepConfig, points: list[dict[str, Any]]) -> dict[str, 
             "base_config": cfg.base.public(), "points": points}
 
 
-def _write(cfg: SweepConfig, out: Path, doc: dict[str, Any],
+def _write(cfg: SweepConfig, out: Path, doc: SweepDoc,
            representatives: dict[str, Export]) -> SweepResult:
     from ..io.atomic import atomic_write_bytes
 
@@ -432,7 +431,7 @@ def _write(cfg: SweepConfig, out: Path, doc: dict[str, Any],
     return res
 
 
-def to_csv(doc: dict) -> str:
+def to_csv(doc: SweepDoc) -> str:
     params = list(doc["grid"])
     head = ["point", *params, "repeat", *METRIC_NAMES, "resumed", "export_dir"]
     buf = io.StringIO()
@@ -451,7 +450,7 @@ TABLE_COLS = (("output_token_throughput", "Output TPS", 1), ("ttft_p50", "TTFT p
               ("hit_rate", "Hit rate %", 1), ("goodput", "Goodput req/s", 2))
 
 
-def sweep_table(doc: dict) -> str:
+def sweep_table(doc: SweepDoc) -> str:
     """Console table: per point, mean ± 95 % CI half-width of the headline metrics."""
     params = list(doc["grid"])
     cols = [c for c in TABLE_COLS

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..exportmodel import SweepPoint
+
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 
@@ -160,6 +162,12 @@ def _pct(x: float | None) -> float | None:
     return None if x is None else 100.0 * float(x)
 
 
+def summary_mean(point: SweepPoint, metric: str) -> float | None:
+    """A sweep point's mean of ``metric`` over its repeats (None: no repeat had it)."""
+    s = point["summary"].get(metric)
+    return None if s is None else s["mean"]
+
+
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Points not dominated by another (higher throughput and lower latency), by throughput."""
     pts = sorted(p for p in points if p[0] is not None and p[1] is not None)
@@ -172,14 +180,13 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return sorted(front)
 
 
-def pareto_figure(points: list[dict[str, Any]], stat: str, key: str) -> Figure:
+def pareto_figure(points: list[SweepPoint], stat: str, key: str) -> Figure:
     """Throughput (x) against TTFT ``stat`` (y) per sweep point, with the Pareto front."""
     fig = Figure(key, f"output throughput vs TTFT {stat}", "output tokens/s (mean of repeats)",
                  f"TTFT {stat} (ms)", y_min=0.0, x_min=0.0)
-    pts = [(p["summary"]["output_token_throughput"]["mean"],
-            p["summary"][f"ttft_{stat}"]["mean"]) for p in points
-           if p["summary"].get("output_token_throughput", {}).get("mean") is not None
-           and p["summary"].get(f"ttft_{stat}", {}).get("mean") is not None]
+    pts = [(x, y) for p in points
+           if (x := summary_mean(p, "output_token_throughput")) is not None
+           and (y := summary_mean(p, f"ttft_{stat}")) is not None]
     if pts:
         fig.series.append(Series("sweep points", [x for x, _ in pts], [y for _, y in pts],
                                  "scatter"))
@@ -190,25 +197,25 @@ def pareto_figure(points: list[dict[str, Any]], stat: str, key: str) -> Figure:
     return fig.colored()
 
 
-def cache_size_figure(points: list[dict[str, Any]], key: str = "sweep_hit_rate"
+def cache_size_figure(points: list[SweepPoint], key: str = "sweep_hit_rate"
                       ) -> Figure | None:
     """Hit rate against cache size, measured beside predicted (only when cache size varies)."""
-    sizes = {p["params"].get("cache_gb") for p in points}
+    sizes = {p["params"].get("cache_gb") for p in points}  # float (SweepGrid), when swept
     if len(sizes) < 2:
         return None
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[SweepPoint]] = {}
     for p in points:
         rest = ", ".join(f"{k}={v}" for k, v in p["params"].items() if k != "cache_gb")
         groups.setdefault(rest, []).append(p)
     fig = Figure(key, "image cache hit rate vs cache size", "cache (GiB)", "hit rate (%)",
                  y_min=0.0, y_max=100.0, x_min=0.0)
     for rest, pts in groups.items():
-        pts = sorted(pts, key=lambda p: p["params"]["cache_gb"])
-        xs = [p["params"]["cache_gb"] for p in pts]
+        pts = sorted(pts, key=lambda p: float(p["params"]["cache_gb"]))
+        xs = [float(p["params"]["cache_gb"]) for p in pts]
         suffix = f" ({rest})" if rest and len(groups) > 1 else ""
         for metric, label, dashed in (("hit_rate", "measured", False),
                                       ("predicted_hit_rate", "predicted", True)):
-            ys = [_pct(p["summary"].get(metric, {}).get("mean")) for p in pts]
+            ys = [_pct(summary_mean(p, metric)) for p in pts]
             if any(y is not None for y in ys):
                 fig.series.append(Series(label + suffix, xs, ys, "line", dashed=dashed))
     return None if fig.empty() else fig.colored()

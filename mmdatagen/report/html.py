@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from .. import __version__
+from ..exportmodel import SweepDoc, SweepPoint
 from . import figures as F
 from . import svg
 
@@ -295,7 +296,7 @@ SWEEP_COLS: tuple[tuple[str, str, int], ...] = (
     ("goodput", "Goodput req/s", 2), ("error_count", "Errors", 0))
 
 
-def sweep_report(doc: dict[str, Any], representatives: dict[str, dict[str, Any]] | None = None
+def sweep_report(doc: SweepDoc, representatives: dict[str, dict[str, Any]] | None = None
                  ) -> Report:
     """The sweep: table of means with 95 % CIs, Pareto plots, hit rate vs cache size, CDFs."""
     points = doc["points"]
@@ -320,11 +321,11 @@ def sweep_report(doc: dict[str, Any], representatives: dict[str, dict[str, Any]]
     return rep
 
 
-def _sweep_table(doc: dict[str, Any]) -> str:
+def _sweep_table(doc: SweepDoc) -> str:
     """The sortable table of every point (mean ± CI half-width of each metric any point has)."""
     points = doc["points"]
     present = [c for c in SWEEP_COLS
-               if any(p["summary"].get(c[0], {}).get("mean") is not None for p in points)]
+               if any(F.summary_mean(p, c[0]) is not None for p in points)]
     params = list(doc.get("grid") or {})
     head = ["Point", *params, *[c[1] for c in present]]
     rows = [f"<tr><td>{escape(p['name'])}</td>{_sweep_cells(p, params, present)}</tr>"
@@ -340,7 +341,7 @@ def _sweep_table(doc: dict[str, Any]) -> str:
     return body
 
 
-def _sweep_cells(p: dict[str, Any], params: list[str],
+def _sweep_cells(p: SweepPoint, params: list[str],
                  present: Sequence[tuple[str, str, int]]) -> str:
     """One point's cells: its parameters, then mean ± half-width per metric (rates in %)."""
     tds = "".join(
@@ -348,8 +349,8 @@ def _sweep_cells(p: dict[str, Any], params: list[str],
         if isinstance(v := p["params"].get(k), float) else cell(v, f"param.{k}")
         for k in params)
     for key, _, digits in present:
-        s = p["summary"].get(key) or {}
-        m, half = s.get("mean"), s.get("ci95_half")
+        s = p["summary"].get(key)
+        m, half = (None, None) if s is None else (s["mean"], s["ci95_half"])
         if key.endswith("hit_rate"):  # fractions -> %
             m = None if m is None else m * 100
             half = None if half is None else half * 100
