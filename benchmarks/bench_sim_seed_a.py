@@ -4,9 +4,10 @@
     python benchmarks/bench_sim_seed_a.py --real --time-scale 2   # also the real-time server
 
 Virtual time runs ``mmdatagen.sim.virtual.simulate`` (the engine of ``mmdatagen simulate``);
-``--real`` starts ``mmdatagen serve`` as a subprocess and drives it with a closed-loop client
+``--real`` starts the simulator as a subprocess (``EmbeddedServer``) and drives it with a closed-loop client
 (``mmdatagen.sim.probe``), dividing measured times by the time scale. ``--dataset`` uses a real
-seed A file (``mmdatagen pool``) instead of the built-in seed-A-shaped one.
+seed A file instead of the seed-A-shaped ones written by the generator
+(``tests/sim_datasets.py``: ``mmdatagen pool`` with solid-colour images, seeds 0..N-1).
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from pathlib import Path
 
 from mmdatagen.metrics import build_export
 from mmdatagen.sim.profile import load_profile
-from mmdatagen.sim.seedset import write_pool_dataset
 from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sim_datasets import write_pool_dataset  # noqa: E402  (the tests' seed-A builder)
 
 PUBLISHED = {
     "on": {"tps": 3575.6, "ttft": 526.0, "ttft_p50": 356.8, "itl": 14.1, "latency": 2630.0},

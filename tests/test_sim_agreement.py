@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import pytest
+from sim_datasets import write_pool_dataset
 from sim_helpers import run, running
 
 from mmdatagen.loadgen.run import to_simulated_time
 from mmdatagen.metrics import build_export
 from mmdatagen.sim.probe import chat_bodies, drive
 from mmdatagen.sim.profile import load_profile
-from mmdatagen.sim.seedset import write_pool_dataset
 from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
 
 PUBLISHED = {10.0: {"output_token_throughput": 3575.6, "time_to_first_token": 526.0,

@@ -120,7 +120,7 @@ def test_sigterm_with_streams_in_flight_exits_cleanly():
 
 
 def test_simulate_cache_sweep(run_cli, tmp_path):
-    from mmdatagen.sim.seedset import write_pool_dataset
+    from sim_datasets import write_pool_dataset
 
     data = tmp_path / "pool.jsonl"
     write_pool_dataset(data, 200, 40, (640, 480), 50, seed=2)
