@@ -23,6 +23,7 @@ from .protocol import (
     DONE,
     NOTICE,
     ImageResolver,
+    ParsedRequest,
     RequestError,
     Responder,
     error_body,
@@ -277,23 +278,9 @@ class SimServer:
     async def _complete(self, request: web.Request, kind: str) -> web.StreamResponse:
         t_arr = time.perf_counter_ns()
         self.c["requests"] += 1
-        if (err := self._auth(request)) is not None:
-            return err
-        if request.content_length is not None and request.content_length > self.max_body:
-            return self._error(413, f"request body exceeds {self.p.max_body_mb:g} MB",
-                               code="request_too_large")
-        try:
-            raw = await request.read()
-            if len(raw) > self.max_body:
-                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=len(raw))
-            parsed = parse_body(raw, kind, self.p, self.resolver, self.models)
-        except web.HTTPRequestEntityTooLarge:
-            return self._error(413, f"request body exceeds {self.p.max_body_mb:g} MB",
-                               code="request_too_large")
-        except RequestError as exc:
-            return self._error(exc.status, exc.message, exc.etype, exc.code)
-        except Exception as exc:
-            return self._error(400, f"cannot process request: {type(exc).__name__}")
+        parsed = await self._read_request(request, kind)
+        if isinstance(parsed, web.Response):
+            return parsed
         faults = self.faults.draw(parsed.target_tokens)
         if faults.error:
             self.c["faults_error"] += 1
@@ -306,22 +293,7 @@ class SimServer:
                           notify=waiter)
         self.c["in_flight"] += 1
         try:
-            if self.p.zero_delay:
-                self.engine.instant(sreq, 0.0)
-                waiter.first_ns = time.perf_counter_ns()
-            else:
-                now = self.driver.now_ms()
-                sreq.arrival = now
-                ready = self.engine.frontend_ready_at(sreq, now)
-                if ready > now:
-                    await asyncio.sleep((ready - now) * self.scale / 1000.0)
-                self.engine.add(sreq)
-                self.driver.wake()
-                await waiter.event.wait()
-            if faults.stall_first_s:
-                self.c["faults_stall"] += 1
-                await asyncio.sleep(faults.stall_first_s)
-                waiter.first_ns = time.perf_counter_ns()
+            await self._first_token(sreq, waiter, faults)
             headers = {"x-mmdatagen-image-hits": str(sreq.hits),
                        "x-mmdatagen-image-misses": str(sreq.misses),
                        "x-mmdatagen-server-ttft-ns": str(waiter.first_ns - t_arr)}
@@ -341,6 +313,46 @@ class SimServer:
             if not sreq.done:
                 self.c["aborted"] += 1
                 self.engine.abort(sreq)
+
+    async def _read_request(self, request: web.Request, kind: str) -> ParsedRequest | web.Response:
+        """The checked request (auth, size, body), or the error response to send instead."""
+        if (err := self._auth(request)) is not None:
+            return err
+        too_large = f"request body exceeds {self.p.max_body_mb:g} MB"
+        if request.content_length is not None and request.content_length > self.max_body:
+            return self._error(413, too_large, code="request_too_large")
+        try:
+            raw = await request.read()
+            if len(raw) > self.max_body:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=len(raw))
+            return parse_body(raw, kind, self.p, self.resolver, self.models)
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(413, too_large, code="request_too_large")
+        except RequestError as exc:
+            return self._error(exc.status, exc.message, exc.etype, exc.code)
+        except Exception as exc:
+            return self._error(400, f"cannot process request: {type(exc).__name__}")
+
+    async def _first_token(self, sreq: SimRequest, waiter: _Waiter, faults: RequestFaults
+                           ) -> None:
+        """Through the frontend into the engine, until the first token (plus an injected
+        stall before it)."""
+        if self.p.zero_delay:
+            self.engine.instant(sreq, 0.0)
+            waiter.first_ns = time.perf_counter_ns()
+        else:
+            now = self.driver.now_ms()
+            sreq.arrival = now
+            ready = self.engine.frontend_ready_at(sreq, now)
+            if ready > now:
+                await asyncio.sleep((ready - now) * self.scale / 1000.0)
+            self.engine.add(sreq)
+            self.driver.wake()
+            await waiter.event.wait()
+        if faults.stall_first_s:
+            self.c["faults_stall"] += 1
+            await asyncio.sleep(faults.stall_first_s)
+            waiter.first_ns = time.perf_counter_ns()
 
     def _count_ok(self, parsed, emitted: int) -> None:
         self.c["ok"] += 1
