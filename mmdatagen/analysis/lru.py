@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import UserError
 from . import kernels as K
+from .media import COUNTS, MODALITIES, modal_key
 
 OVERSIZE = ("bypass", "flush")
 _INF = 1 << 62
@@ -77,13 +78,13 @@ def required_capacity(ids: np.ndarray, sizes: np.ndarray, num_objects: int | Non
     if compiled is None:
         compiled = n > PYTHON_MAX_REFS
     if not compiled:
-        req = [0] * n
-        K.stack_kernel(ids.tolist(), sizes.tolist(), req, [-1] * m, [0] * m, [0] * (slots + 1),
-                     [-1] * (slots + 1))
-        return np.array(req, np.int64)
+        out = [0] * n
+        K.stack_kernel(ids.tolist(), sizes.tolist(), out, [-1] * m, [0] * m, [0] * (slots + 1),
+                       [-1] * (slots + 1))
+        return np.array(out, np.int64)
     req = np.empty(n, np.int64)
     kernels(True)["stack_kernel"](ids, sizes, req, np.full(m, -1, np.int64), np.zeros(m, np.int64),
-              np.zeros(slots + 1, np.int64), np.full(slots + 1, -1, np.int64))
+                                  np.zeros(slots + 1, np.int64), np.full(slots + 1, -1, np.int64))
     return req
 
 
@@ -92,6 +93,8 @@ class Curve:
     """Hits as a step function of capacity: from ``capacity[k]`` up to ``capacity[k+1]``
     (exclusive) the cache gets ``hits[k]`` reference hits, ``hit_bytes[k]`` bytes, ``hit_tokens[k]``
     tokens and ``full_requests[k]`` requests whose images all hit. Below ``capacity[0]``: nothing.
+    ``modal`` (traces with videos or audio): per modality of ``media.MODALITIES`` its hits, hit
+    bytes and hit tokens, three rows each.
     """
 
     capacity: np.ndarray
@@ -99,14 +102,23 @@ class Curve:
     hit_bytes: np.ndarray
     hit_tokens: np.ndarray
     full_requests: np.ndarray
+    modal: np.ndarray | None = None
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every count column by name (per-modality ones as ``media.modal_key``)."""
+        out = {"hits": self.hits, "hit_bytes": self.hit_bytes, "hit_tokens": self.hit_tokens,
+               "full_requests": self.full_requests}
+        if self.modal is not None:
+            names = [modal_key(m, c) for m in MODALITIES for c in COUNTS]
+            out.update(zip(names, self.modal))
+        return out
 
     def at(self, capacities: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
-        """The four counts at each given capacity."""
+        """The counts at each given capacity."""
         caps = np.asarray(capacities, dtype=np.float64)
         k = np.searchsorted(self.capacity, caps, side="right") - 1
         out = {}
-        for name in ("hits", "hit_bytes", "hit_tokens", "full_requests"):
-            col = getattr(self, name)
+        for name, col in self.columns().items():
             vals = np.where(k >= 0, col[np.maximum(k, 0)] if col.size else 0, 0)
             out[name] = vals.astype(np.int64)
         return out
@@ -116,13 +128,33 @@ class Curve:
         idx = np.flatnonzero(self.hits >= min_hits)
         return int(self.capacity[idx[0]]) if idx.size else None
 
+    @classmethod
+    def of(cls, cols: list[np.ndarray]) -> Curve:
+        """From [capacity, hits, bytes, tokens, full requests, per-modality rows...]."""
+        modal = np.array(cols[5:], np.int64) if len(cols) > 5 else None
+        capacity, hits, hit_bytes, hit_tokens, full = cols[:5]
+        return cls(capacity, hits, hit_bytes, hit_tokens, full, modal)
+
+
+def _weights(obj_sizes: np.ndarray, obj_tokens: np.ndarray,
+             obj_mod: np.ndarray | None) -> np.ndarray:
+    """What the curve sums per object: bytes, tokens, then per modality hits, bytes, tokens."""
+    rows = [obj_sizes, obj_tokens]
+    if obj_mod is not None:
+        for m in range(len(MODALITIES)):
+            ind = (obj_mod == m).astype(np.int64)
+            rows += [ind, obj_sizes * ind, obj_tokens * ind]
+    return np.ascontiguousarray(np.array(rows, np.int64).reshape(len(rows), -1))
+
 
 def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray,
-                ref_row: np.ndarray | None, lo: int = 0, hi: int = _INF) -> list[np.ndarray]:
+                ref_row: np.ndarray | None, lo: int = 0, hi: int = _INF,
+                obj_mod: np.ndarray | None = None) -> list[np.ndarray]:
     """Breakpoints of a stack curve (hit iff 0 <= req <= C) for capacities in [lo, hi).
 
     Per request, the reference with the largest required capacity decides when all its images
     hit. (required capacity, object, decider) are packed into one int64 and sorted by value.
+    Returns [capacity, hits, bytes, tokens, full requests, per-modality rows (``obj_mod``)].
     """
     kern = kernels(req.size > PYTHON_MAX_REFS)
     if ref_row is None:
@@ -135,8 +167,8 @@ def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tok
         raise UserError("cache sizes too large to analyse (required capacity overflows 64 bits)")
     packed = kern["pack_kernel"](req, ids, dec, min(hi, _INF), bits)
     packed.sort()
-    caps, cols = kern["group_kernel"](packed, bits, obj_sizes, obj_tokens, lo)
-    return [caps, *cols]
+    caps, cols = kern["group_kernel"](packed, bits, _weights(obj_sizes, obj_tokens, obj_mod), lo)
+    return [caps, cols[0], cols[1], cols[2], cols[-1], *cols[3:-1]]
 
 
 def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
@@ -145,7 +177,7 @@ def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
     Inside a piece every breakpoint adds at least one hit; only the point at a piece's lower
     bound may repeat the values before it (or be all zero at the start).
     """
-    prev = np.zeros(4, np.int64)
+    prev = np.zeros(len(parts[0]) - 1, np.int64)
     out = []
     for p in parts:
         first = np.array([c[0] for c in p[1:]], np.int64) if p[0].size else prev
@@ -155,7 +187,7 @@ def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
             prev = np.array([c[-1] for c in p[1:]], np.int64)
     if len(out) == 1:
         return [np.ascontiguousarray(c) for c in out[0]]
-    return [np.concatenate([p[i] for p in out]) for i in range(5)]
+    return [np.concatenate([p[i] for p in out]) for i in range(len(out[0]))]
 
 
 def _tier_required(ids: np.ndarray, obj_sizes: np.ndarray, sizes: np.ndarray, t_lo: int,
@@ -174,13 +206,14 @@ def _tier_required(ids: np.ndarray, obj_sizes: np.ndarray, sizes: np.ndarray, t_
 
 def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | None = None,
               ref_row: np.ndarray | None = None, oversize: str = "bypass",
-              obj_bytes: np.ndarray | None = None) -> Curve:
+              obj_bytes: np.ndarray | None = None, obj_mod: np.ndarray | None = None) -> Curve:
     """The exact hit curve of a byte LRU over a trace, for every capacity.
 
     ``ids``: dense object id per reference; ``obj_sizes``/``obj_tokens``: bytes and encoder
     tokens per object; ``ref_row``: non-decreasing request index per reference (default: one
     request per reference), for the "all images of the request hit" count; ``obj_bytes``: what
-    ``hit_bytes`` adds up (default ``obj_sizes``; e.g. real bytes for an LRU counting entries).
+    ``hit_bytes`` adds up (default ``obj_sizes``; e.g. real bytes for an LRU counting entries);
+    ``obj_mod``: modality per object, for the per-modality columns.
     """
     if oversize not in OVERSIZE:
         raise UserError(f"unknown oversize policy {oversize!r}; choose from {', '.join(OVERSIZE)}")
@@ -207,11 +240,11 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
             # larger objects are bypassed at capacities in [t_lo, t_hi): a pass without them
             sub = _tier_required(ids, obj_sizes, sizes, int(t_lo), int(t_hi), int(tiers[0]), m)
             parts.append(_step_curve(sub, ids, obj_bytes, obj_tokens, ref_row, int(t_lo),
-                                     int(t_hi)))
+                                     int(t_hi), obj_mod))
         lo = int(tiers[-1])
     req = required_capacity(ids, sizes, m)
-    parts.append(_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo))
-    return Curve(*_join(parts))
+    parts.append(_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo, obj_mod=obj_mod))
+    return Curve.of(_join(parts))
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,

@@ -14,6 +14,7 @@ from ..vlm import VisionModel
 from . import concurrency
 from . import targets as T
 from .lru import OVERSIZE, Curve, lru_curve, required_capacity
+from .media import COUNTS, MODALITIES, modal_counts, modal_key, modal_rows, modal_totals
 from .trace import Trace
 
 GIB = 1 << 30
@@ -95,6 +96,7 @@ class _Points:
     def __init__(self, flags_at, trace: Trace, sizes: np.ndarray, tokens: np.ndarray):
         self.flags_at = flags_at
         self.ref_bytes, self.ref_tokens = sizes[trace.ids], tokens[trace.ids]
+        self.ref_mod = None if trace.modality is None else trace.modality[trace.ids]
         self.starts = np.flatnonzero(np.r_[True, np.diff(trace.ref_row) != 0]) if trace.ids.size \
             else np.zeros(0, np.int64)
         self.memo: dict = {}
@@ -104,9 +106,12 @@ class _Points:
         if key not in self.memo:
             flags = self.flags_at(cap, unit_sizes)
             full = np.minimum.reduceat(flags, self.starts) if flags.size else flags
-            self.memo[key] = {
+            counts = {
                 "hits": int(flags.sum()), "hit_bytes": int(self.ref_bytes[flags].sum()),
                 "hit_tokens": int(self.ref_tokens[flags].sum()), "full_requests": int(full.sum())}
+            if self.ref_mod is not None:
+                counts.update(modal_counts(flags, self.ref_mod, self.ref_bytes, self.ref_tokens))
+            self.memo[key] = counts
         return self.memo[key]
 
     def smallest(self, min_hits: float, hi: int, unit_sizes: bool) -> int | None:
@@ -157,10 +162,11 @@ def _curve_from_points(pts: _Points, caps: np.ndarray, limit: int) -> Curve:
     if caps.size > limit:
         caps = caps[np.unique(np.linspace(0, caps.size - 1, limit).astype(int))]
     got = [pts.at(int(c)) for c in caps]
-    col = {k: np.array([p[k] for p in got], np.int64) for k in ("hits", "hit_bytes",
-                                                               "hit_tokens", "full_requests")}
-    return Curve(caps.astype(np.int64), col["hits"], col["hit_bytes"], col["hit_tokens"],
-                 col["full_requests"])
+    names = ["hits", "hit_bytes", "hit_tokens", "full_requests"]
+    if pts.ref_mod is not None:
+        names += [modal_key(m, c) for m in MODALITIES for c in COUNTS]
+    return Curve.of([caps.astype(np.int64),
+                     *(np.array([p[k] for p in got], np.int64) for k in names)])
 
 
 @dataclass
@@ -197,6 +203,11 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
               want_curve: bool) -> _Eval:
     """The fastest exact method for the target's policy over ``trace`` (dispatch order)."""
     ones = np.ones_like(sizes)
+    mod = trace.modality
+
+    def stack(obj_sizes, oversize, obj_bytes=None) -> Curve:
+        return lru_curve(trace.ids, obj_sizes, tokens, trace.ref_row, oversize,
+                         obj_bytes=obj_bytes, obj_mod=mod)
     if t.entry == "embedding-set":
         return _stack_eval(T.set_curve(trace, sizes, tokens), None,
                            "one-pass stack curve over image sets (exact)")
@@ -212,17 +223,16 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
     if sem.insert_mode == "completion":
         pts = _completion_points(ev, trace, sizes, tokens, t.oversize)
         big = int(sizes[np.unique(trace.ids)].sum()) + 1 if trace.ids.size else 1
-        ref = lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize)
+        ref = stack(sizes, t.oversize)
         return _Eval(pts.at, lambda c: pts.at(c, True),
                      lambda h, u: pts.smallest(h, int(np.unique(trace.ids).size) if u else big, u),
                      _curve_from_points(pts, ref.capacity, CURVE_SAMPLES) if want_curve else ref,
                      True, f"event replay, {sem.in_flight} in flight completing first-in "
                            "first-out (per capacity)")
-    count_curve = lru_curve(trace.ids, ones, tokens, trace.ref_row, "flush", obj_bytes=sizes)
+    count_curve = stack(ones, "flush", sizes)
     if t.touch_request_first or t.eviction == "freeable":
         return _span_eval(t, trace, sizes, tokens, count_curve, want_curve)
-    return _stack_eval(lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize),
-                       count_curve, "one-pass stack curve (exact)")
+    return _stack_eval(stack(sizes, t.oversize), count_curve, "one-pass stack curve (exact)")
 
 
 def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
@@ -236,7 +246,8 @@ def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
     else:
         req = required_capacity(trace.ids, sizes[trace.ids], sizes.size)
         how = "one-pass stack curve by release order"
-    curve = Curve(*T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span))
+    curve = Curve.of(T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span,
+                                   obj_mod=trace.modality))
     pts = _replay_points(t, trace, sizes, tokens, fifo=False)
 
     def at(c):
@@ -251,10 +262,9 @@ def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
         return pts.smallest(min_hits, span, False)
     if want_curve and span > 0 and trace.ids.size <= REPLAY_CURVE_MAX_REFS:
         low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), 16)
-        curve = Curve(*(np.concatenate([a, b]) for a, b in zip(
-            (low.capacity, low.hits, low.hit_bytes, low.hit_tokens, low.full_requests),
-            (curve.capacity, curve.hits, curve.hit_bytes, curve.hit_tokens,
-             curve.full_requests))))
+        curve = Curve.of([np.concatenate([low.capacity, curve.capacity]),
+                          *(np.concatenate([low.columns()[k], col])
+                            for k, col in curve.columns().items())])
     return _Eval(at, lambda c: {k: int(v[0]) for k, v in count_curve.at([c]).items()},
                  smallest, curve, span > 0,
                  f"{how} (exact from {span:,} up; exact replays of the cache model below)")
@@ -288,8 +298,11 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
     totals = _totals(trace, sizes, tokens)
     ev_ = _evaluate(t, trace, sizes, tokens, ev, sem, want_curve)
     best = ev_.at_size(int(sizes[used].sum()) * 2 + 1)
-    caps = [_capacity_row(t, int(c), None, ev_.at_size(int(c)), totals) for c in cache_bytes]
-    caps += [_capacity_row(t, None, int(c), ev_.at_images(int(c)), totals)
+    modal = None if trace.modality is None else modal_totals(trace.ids, trace.modality, sizes,
+                                                             tokens)
+    caps = [_capacity_row(t, int(c), None, ev_.at_size(int(c)), totals, modal)
+            for c in cache_bytes]
+    caps += [_capacity_row(t, None, int(c), ev_.at_images(int(c)), totals, modal)
              for c in cache_images]
     if depends and sem.orders > 1 and sem.in_flight > 1 and cache_bytes:
         spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes])
@@ -316,6 +329,9 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
         "best": _rates(best, totals), "capacities": caps,
         "thresholds": _thresholds(t, ev_, best["hits"]),
     }
+    if modal is not None:
+        summary["modalities"] = {m: {**v, "best": modal_rows(best, {m: v})[m]}
+                                 for m, v in modal.items()}
     return Analysis(summary, ev_.curve, ev_.sampled, totals)
 
 
@@ -326,10 +342,13 @@ def _totals(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> dict:
 
 
 def _capacity_row(t: CacheTarget, cap: int | None, cap_images: int | None, counts: dict,
-                  totals: dict) -> dict:
-    return {"capacity": None if cap is None else cap / UNIT_SCALE[t.unit], "unit": t.unit,
-            "capacity_gib": None if cap is None or t.unit == "tokens" else cap / GIB,
-            "capacity_bytes": cap, "capacity_images": cap_images, **_rates(counts, totals)}
+                  totals: dict, modal: dict | None = None) -> dict:
+    row = {"capacity": None if cap is None else cap / UNIT_SCALE[t.unit], "unit": t.unit,
+           "capacity_gib": None if cap is None or t.unit == "tokens" else cap / GIB,
+           "capacity_bytes": cap, "capacity_images": cap_images, **_rates(counts, totals)}
+    if modal is not None:
+        row["by_modality"] = modal_rows(counts, modal)
+    return row
 
 
 def _thresholds(t: CacheTarget, ev_: _Eval, best_hits: int) -> list[dict]:

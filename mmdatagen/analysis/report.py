@@ -40,6 +40,11 @@ def _size(x: int | None, unit: str) -> str:
     return _gib(x)
 
 
+def _entry(x: float, unit: str) -> str:
+    """One entry's size: tokens, or MiB."""
+    return f"{x:,.0f} tokens" if unit == "tokens" else _mib(x)
+
+
 def _spread(c: dict) -> str:
     sp = c.get("spread")
     if not sp:
@@ -74,9 +79,10 @@ def format_report(a: Analysis) -> str:
         f"method                 {sem.get('method', 'one-pass stack curve (exact)')}",
         f"concurrency model      {sem.get('concurrency_model', 'file order')}",
         f"requests               {s['requests']:,} ({s['requests_with_images']:,} with images)",
-        f"image references       {s['references']:,}",
-        f"distinct images        {s['distinct_images']:,} ({_size(s['distinct_bytes'], unit)} of "
-        "entries)",
+        f"{'item' if 'modalities' in s else 'image'} references"
+        f"{'  ' if 'modalities' in s else ' '}      {s['references']:,}{_per(s, 'references')}",
+        f"distinct {'items ' if 'modalities' in s else 'images'}        {s['distinct_images']:,} "
+        f"({_size(s['distinct_bytes'], unit)} of entries){_per(s, 'distinct')}",
         f"compulsory misses      {s['compulsory_misses']:,}"
         + (f" ({s['unbounded_misses']:,} misses with an unbounded cache: in-flight duplicates)"
            if s["unbounded_misses"] != s["compulsory_misses"] else ""),
@@ -90,6 +96,7 @@ def format_report(a: Analysis) -> str:
     if not s["references"]:
         lines.append("no image references: an embedding cache has nothing to do here")
     lines += _capacity_lines(s, unit)
+    lines += _modality_lines(s, unit)
     lines.append("")
     for t in s["thresholds"]:
         imgs = "not reached" if t["capacity_images"] is None else f"{t['capacity_images']:,} images"
@@ -118,6 +125,39 @@ def _capacity_lines(s: dict, unit: str) -> list[str]:
                      f"{c['tokens_saved']:>14,}{_spread(c)}")
     if any(c.get("spread") for c in s["capacities"]):
         lines.append("[spread of the hit rate over completion orders: min .. max, median]")
+    return lines
+
+
+def _per(s: dict, key: str) -> str:
+    """`` (image 6, video 6)``: one count per modality of a trace with videos or audio."""
+    modal = s.get("modalities")
+    if not modal:
+        return ""
+    return " (" + ", ".join(f"{m} {v[key]:,}" for m, v in modal.items()) + ")"
+
+
+def _modality_lines(s: dict, unit: str) -> list[str]:
+    """Per modality: what it references and, at the best and each asked capacity, its hits
+    in the one cache every modality shares."""
+    modal = s.get("modalities")
+    if not modal:
+        return []
+    lines = ["", "per modality (one cache holds every modality; rates of the modality's own "
+             "references)", f"{'capacity':>16} {'modality':>8} {'references':>10} "
+             f"{'mean entry':>14} {'hit rate':>9} {'byte hits':>9} {'tokens saved':>14}"]
+    rows = [("best", m, v["best"]) for m, v in modal.items()]
+    for c in s["capacities"]:
+        cap = (f"{c['capacity_images']:,} images" if c["capacity_bytes"] is None else
+               f"{c['capacity_gib']:g} GiB" if unit == "GiB" else
+               f"{c.get('capacity', 0):,.0f} {unit}")
+        rows += [(cap, m, r) for m, r in c["by_modality"].items()]
+    last = None
+    for cap, m, r in rows:
+        lines.append(f"{cap if cap != last else '':>16} {m:>8} {r['references']:>10,} "
+                     f"{_entry(modal[m]['bytes'] / max(modal[m]['references'], 1), unit):>14} "
+                     f"{_pct(r['hit_rate']):>9} {_pct(r['byte_hit_rate']):>9} "
+                     f"{r['tokens_saved']:>14,}")
+        last = cap
     return lines
 
 

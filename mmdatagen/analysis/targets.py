@@ -172,7 +172,8 @@ def set_curve(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Curve:
     req_sets = required_capacity(set_ids, set_sizes[set_ids], set_sizes.size)
     req_rows = np.full(trace.num_rows, -1, np.int64)
     req_rows[rows] = req_sets
-    return Curve(*_step_curve(req_rows[trace.ref_row], trace.ids, sizes, tokens, trace.ref_row))
+    return Curve.of(_step_curve(req_rows[trace.ref_row], trace.ids, sizes, tokens, trace.ref_row,
+                                obj_mod=trace.modality))
 
 
 class Replay:

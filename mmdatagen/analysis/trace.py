@@ -1,7 +1,8 @@
-"""Image-reference traces: which cache key each request looks up, in order, with image sizes.
+"""Item-reference traces: which cache key each request looks up, in order, with item sizes.
 
 Built from a plan (no pixels), from a manifest written beside a dataset, or by streaming any
 AIPerf JSONL and identifying each image as an engine would (``KEY_MODES`` of ``io/imageref``).
+Videos and audio clips are objects of the same trace (``modality``; see ``analysis.media``).
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from ..vlm import VisionModel
 class Trace:
     """References in file order: ``ids[i]`` is the object (cache key) of reference i, made by
     request ``ref_row[i]`` (non-decreasing). Per object: ``widths``/``heights`` (0 = unknown).
-    ``sessions`` per row (None: every row its own session)."""
+    ``sessions`` per row (None: every row its own session). ``modality`` per object (codes of
+    ``media.MODALITIES``; None: images only) and ``media`` its per-object video/audio values
+    (frames, fps, width, height, samples, sample_rate)."""
 
     ids: np.ndarray
     ref_row: np.ndarray
@@ -33,6 +36,8 @@ class Trace:
     sessions: np.ndarray | None = None
     source: str = ""
     info: dict = field(default_factory=dict)
+    modality: np.ndarray | None = None
+    media: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_objects(self) -> int:
@@ -54,30 +59,48 @@ class Trace:
         ids = self.ids[np.repeat(starts[rows], new_lens) + offset]
         sessions = None if self.sessions is None else self.sessions[rows]
         return Trace(ids, np.repeat(np.arange(rows.size), new_lens), int(rows.size), self.widths,
-                     self.heights, sessions, self.source, dict(self.info))
+                     self.heights, sessions, self.source, dict(self.info), self.modality,
+                     self.media)
 
     def costs(self, model: VisionModel, real_width: bool = False,
               unknown_size: tuple[int, int] | None = None,
               target=None) -> tuple[np.ndarray, np.ndarray]:
         """(entry size, encoder tokens) per object under ``model``: the entry in ``target``'s
-        unit (``io.imageref.entry_size``; default embedding bytes)."""
+        unit (``io.imageref.entry_size``; default embedding bytes); videos and audio clips by
+        ``media.media_costs``."""
+        images = np.ones(self.num_objects, bool) if self.modality is None else self.modality == 0
         w, h = self.widths.astype(np.int64), self.heights.astype(np.int64)
-        unknown = (w <= 0) | (h <= 0)
+        unknown = images & ((w <= 0) | (h <= 0))
         if unknown.any() and model.tokens_per_image is None:
             if unknown_size is None:
                 raise UserError(f"{int(unknown.sum())} image(s) have unknown dimensions (http URLs "
                                 "or uuid-only references); pass --url-image-size WxH")
             w, h = np.where(unknown, unknown_size[0], w), np.where(unknown, unknown_size[1], h)
-        pairs, inv = np.unique(np.stack([w, h], 1), axis=0, return_inverse=True)
-        tok = np.array([model.image_tokens(int(a), int(b)) for a, b in pairs], np.int64)
-        if target is None:
-            byt = np.array([model.entry_bytes(int(a), int(b), real_width) for a, b in pairs],
-                           np.int64)
-        else:
-            byt = np.array([imageref.entry_size(target, model, int(a), int(b), real_width)
-                            for a, b in pairs], np.int64)
-        inv = inv.reshape(-1)
-        return byt[inv], tok[inv]
+        byt = np.zeros(self.num_objects, np.int64)
+        tok = np.zeros(self.num_objects, np.int64)
+        byt[images], tok[images] = _image_costs(model, w[images], h[images], real_width, target)
+        if self.modality is not None and not images.all():
+            from .media import media_costs
+
+            byt[~images], tok[~images] = media_costs(model, target, self.modality, self.media,
+                                                     ~images)
+        return byt, tok
+
+
+def _image_costs(model: VisionModel, w: np.ndarray, h: np.ndarray, real_width: bool,
+                 target) -> tuple[np.ndarray, np.ndarray]:
+    if w.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pairs, inv = np.unique(np.stack([w, h], 1), axis=0, return_inverse=True)
+    tok = np.array([model.image_tokens(int(a), int(b)) for a, b in pairs], np.int64)
+    if target is None:
+        byt = np.array([model.entry_bytes(int(a), int(b), real_width) for a, b in pairs],
+                       np.int64)
+    else:
+        byt = np.array([imageref.entry_size(target, model, int(a), int(b), real_width)
+                        for a, b in pairs], np.int64)
+    inv = inv.reshape(-1)
+    return byt[inv], tok[inv]
 
 
 def _dense(values: Iterable) -> np.ndarray:
@@ -117,7 +140,8 @@ def trace_from_plan(plan) -> Trace:
 
 
 def trace_from_manifest(manifest: Manifest, source: str = "manifest") -> Trace:
-    """References from a manifest: its ``rows`` of pool ids and ``images`` (no image is read)."""
+    """References from a manifest: its ``rows`` of pool ids and ``images``, then each row's
+    audio clips and videos from its media section (no image or clip is read)."""
     images = manifest.images
     index = {im.id: i for i, im in enumerate(images)}
     widths = [im.width for im in images]
@@ -127,24 +151,74 @@ def trace_from_manifest(manifest: Manifest, source: str = "manifest") -> Trace:
     except KeyError as exc:
         raise DatasetError(f"{source}: malformed manifest (row image {exc} not in its image "
                            "table)") from None
+    media = _MediaTable(len(images))
+    for code, name in ((1, "audio"), (2, "video")):
+        section = (manifest.media or {}).get(name)
+        if section is not None:
+            media.add(code, name, section, rows, source)
     sessions = manifest.sessions
     if manifest.format == "multi_turn":
         rows = _with_history(rows, sessions or list(range(len(rows))))
     info = {"kind": manifest.kind, "params": manifest.params,
             "manifest": True, "key_mode": "image id (manifest)"}
-    return _build(rows, widths, heights, sessions, source, info)
+    trace = _build(rows, widths + media.widths, heights + media.heights, sessions, source, info)
+    if manifest.media:
+        trace.modality, trace.media = media.arrays()
+        info["key_mode"] = "item id (manifest)"
+    return trace
+
+
+class _MediaTable:
+    """Video and audio objects of a manifest, numbered after its images."""
+
+    FIELDS = ("frames", "fps", "width", "height", "samples", "sample_rate")
+
+    def __init__(self, num_images: int) -> None:
+        self.codes = [0] * num_images
+        self.values: dict[str, list] = {k: [0] * num_images for k in self.FIELDS}
+        self.widths: list[int] = []
+        self.heights: list[int] = []
+
+    def add(self, code: int, name: str, section: dict, rows: list[list[int]], source: str) -> None:
+        base = len(self.codes)
+        index = {}
+        for k, item in enumerate(section["items"]):
+            index[int(item["id"])] = base + k
+            self.codes.append(code)
+            for f in self.FIELDS:
+                self.values[f].append(item.get(f, 0) or 0)
+            self.widths.append(int(item.get("width", 0) or 0))
+            self.heights.append(int(item.get("height", 0) or 0))
+        if len(section["rows"]) != len(rows):
+            raise DatasetError(f"{source}: malformed manifest ({name} rows do not match rows)")
+        try:
+            for row, ids in zip(rows, section["rows"]):
+                row.extend(index[int(x)] for x in ids)
+        except KeyError as exc:
+            raise DatasetError(f"{source}: malformed manifest (row {name} {exc} not in its "
+                               "item table)") from None
+
+    def arrays(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return (np.asarray(self.codes, np.int64),
+                {k: np.asarray(v, np.float64 if k == "fps" else np.int64)
+                 for k, v in self.values.items()})
 
 
 class _Identifier:
-    """Dense object ids for image references under one key mode (identity: ``io/imageref``)."""
+    """Dense object ids for item references under one key mode (image identity:
+    ``io/imageref``; videos and audio clips by the blake3 of their bytes, or by the reference
+    string under "reference"), with the values that size each object."""
 
     def __init__(self, mode: str, dataset_dir: Path | None):
         if mode not in imageref.KEY_MODES:
             raise UserError(f"unknown key mode {mode!r}; choose from {', '.join(imageref.KEY_MODES)}")
+        self.mode, self.dataset_dir = mode, dataset_dir
         self.identify = imageref.ImageIdentifier(mode, dataset_dir)
         self.by_key: dict = {}
         self.widths: list[int] = []
         self.heights: list[int] = []
+        self.table = _MediaTable(0)
+        self.refs: dict = {}  # video/audio reference string (or its digest) -> object id
 
     @property
     def saw_uuids(self) -> bool:
@@ -152,14 +226,73 @@ class _Identifier:
 
     def __call__(self, ref: str, uuid: str | None) -> int:
         ident = self.identify(ref, uuid)
-        oid = self.by_key.get(ident.key)
-        if oid is None:
-            oid = self.by_key[ident.key] = len(self.widths)
-            self.widths.append(ident.width)
-            self.heights.append(ident.height)
-        elif self.widths[oid] <= 0 < ident.width:
+        oid = self._object(ident.key, ident.width, ident.height, 0, {})
+        if self.widths[oid] <= 0 < ident.width:
             self.widths[oid], self.heights[oid] = ident.width, ident.height
         return oid
+
+    def _object(self, key, width: int, height: int, code: int, values: dict) -> int:
+        oid = self.by_key.get(key)
+        if oid is None:
+            oid = self.by_key[key] = len(self.widths)
+            self.widths.append(width)
+            self.heights.append(height)
+            self.table.codes.append(code)
+            for f in _MediaTable.FIELDS:
+                self.table.values[f].append(values.get(f, 0))
+        return oid
+
+    def video(self, ref: str) -> int:
+        memo = ref if len(ref) < 4096 else _digest(ref.encode())
+        if memo not in self.refs:
+            self.refs[memo] = self._video(ref)
+        return self.refs[memo]
+
+    def audio(self, ref: str) -> int:
+        memo = ref if len(ref) < 4096 else _digest(ref.encode())
+        if memo not in self.refs:
+            self.refs[memo] = self._audio(ref)
+        return self.refs[memo]
+
+    def _video(self, ref: str) -> int:
+        from ..io import mediaref
+
+        if ref.startswith(("http://", "https://")):
+            frames, fps, w, h = mediaref.REMOTE_VIDEO
+            return self._object(("ref", ref), w, h, 2, {"frames": frames, "fps": fps,
+                                                         "width": w, "height": h})
+        data = mediaref.decode_video_url(ref) if ref.startswith("data:") else \
+            imageref.resolve_path(ref, self.dataset_dir).read_bytes()
+        key = ("ref", ref) if self.mode == "reference" else ("video", _digest(data))
+        if key in self.by_key:
+            return self.by_key[key]
+        v = mediaref.video_info(data)
+        return self._object(key, v.width, v.height, 2, {"frames": v.frames, "fps": v.fps,
+                                                        "width": v.width, "height": v.height})
+
+    def _audio(self, ref: str) -> int:
+        from ..io import mediaref
+
+        head, sep, body = ref.partition(",")
+        if sep and head.lower() in ("wav", "mp3"):
+            fmt, data = head.lower(), mediaref.decode_b64(body, "audio")
+        elif ref.startswith("data:audio/"):
+            fmt = head[len("data:audio/"):].split(";", 1)[0] or "wav"
+            data = mediaref.decode_b64(body, "audio data URL")
+        else:
+            path = imageref.resolve_path(ref, self.dataset_dir)
+            fmt, data = path.suffix.lower().lstrip("."), path.read_bytes()
+        key = ("ref", ref) if self.mode == "reference" else ("audio", _digest(data))
+        if key in self.by_key:
+            return self.by_key[key]
+        a = mediaref.audio_info(data, fmt)
+        return self._object(key, 0, 0, 1, {"samples": a.samples, "sample_rate": a.sample_rate})
+
+
+def _digest(data: bytes) -> bytes:
+    import blake3
+
+    return blake3.blake3(data).digest()
 
 
 def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",
@@ -177,7 +310,7 @@ def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",
         row_refs.append(_turn_refs(turn, ident, f"{path.name}:{turn.line_no}"))
         sessions.append(turn.session_id if turn.session_id is not None else ("row", n))
         if progress is not None:
-            progress(sum(map(len, turn.images)) + sum(map(len, turn.texts)) + 64)
+            progress(sum(map(len, (*turn.images, *turn.texts, *turn.audios, *turn.videos))) + 64)
     if detected == "multi_turn":
         row_refs = _with_history(row_refs, sessions)
     if not row_refs:
@@ -185,8 +318,11 @@ def trace_from_dataset(path: Path, key_mode: str = "bytes", fmt: str = "auto",
     has_sessions = any(not isinstance(s, tuple) for s in sessions)
     info = {"kind": "dataset", "format": detected, "key_mode": key_mode, "manifest": False,
             "image_uuids": ident.saw_uuids}
-    return _build(row_refs, ident.widths, ident.heights, sessions if has_sessions else None,
-                  str(path), info)
+    trace = _build(row_refs, ident.widths, ident.heights, sessions if has_sessions else None,
+                   str(path), info)
+    if any(ident.table.codes):
+        trace.modality, trace.media = ident.table.arrays()
+    return trace
 
 
 def _turn_refs(turn: Turn, ident: _Identifier, where: str) -> list[int]:
@@ -195,11 +331,15 @@ def _turn_refs(turn: Turn, ident: _Identifier, where: str) -> list[int]:
     if uuids is not None and not images:
         images = [""] * len(uuids)  # cache-only references
     out = []
-    for i, ref in enumerate(images):
-        try:
+    try:
+        for i, ref in enumerate(images):
             out.append(ident(ref, uuids[i] if uuids else None))
-        except DatasetError as exc:
-            raise DatasetError(f"{where}: {exc}") from None
+        out += [ident.audio(ref) for ref in turn.audios if ref]  # AIPerf's order of parts
+        out += [ident.video(ref) for ref in turn.videos if ref]
+    except DatasetError as exc:
+        raise DatasetError(f"{where}: {exc}") from None
+    except OSError as exc:
+        raise DatasetError(f"{where}: cannot read {exc.filename}: {exc.strerror}") from None
     return out
 
 

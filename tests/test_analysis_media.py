@@ -1,0 +1,177 @@
+"""``analyze`` on datasets with videos and audio: per-modality numbers in one shared cache.
+
+The per-modality numbers are checked against an independent LRU written here (an OrderedDict
+keyed by each part's reference string, entries sized from the model's published rules), and
+the headline against the exact replay of the shared cache model (``targets.Replay``).
+"""
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import read_rows
+
+from mmdatagen.analysis.predict import Semantics, analyze
+from mmdatagen.analysis.targets import Replay
+from mmdatagen.analysis.trace import trace_from_manifest
+from mmdatagen.caches import get_target
+from mmdatagen.io.manifest import read_manifest
+from mmdatagen.media_tokens import QWEN2_AUDIO, audio_tokens, video_cost, video_geometry
+from mmdatagen.vlm import get_model
+
+SMALL = ["--image-size", "32x24", "--text-tokens", "4", "--tokenizer", "words", "--video-size",
+         "64x48", "--video-frames", "4", "--audio-duration", "0.25", "-q"]
+MODEL = get_model("qwen3-vl-30b-a3b")
+MiB = 1 << 20
+
+
+def _gen(run_cli, tmp_path: Path, name: str, *args) -> Path:
+    out = tmp_path / name
+    result = run_cli(*args, "-o", out, *SMALL)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _oracle_sizes(manifest) -> dict[str, tuple[str, int, int]]:
+    """Reference string -> (modality, embedding bytes, tokens), from the manifest's values."""
+    geom = video_geometry(MODEL.family, MODEL.patch_size, MODEL.merge_size)
+    out = {}
+    for im in manifest.images:
+        out[im.ref] = ("image", MODEL.entry_bytes(im.width, im.height),
+                       MODEL.image_tokens(im.width, im.height))
+    for v in manifest.media.get("video", {"items": []})["items"]:
+        tok = video_cost(geom, v["frames"], v["fps"], v["width"], v["height"]).tokens
+        out[v["ref"]] = ("video", tok * MODEL.bytes_per_token, tok)
+    for a in manifest.media.get("audio", {"items": []})["items"]:
+        tok = audio_tokens(QWEN2_AUDIO, a["samples"], a["sample_rate"])
+        out[a["ref"]] = ("audio", tok * MODEL.bytes_per_token, tok)
+    return out
+
+
+def _oracle(path: Path, capacity: int, sizes: dict) -> dict[str, list[int]]:
+    """Per modality [references, hits, hit bytes, hit tokens]: a byte LRU filled at lookup that
+    skips entries larger than the cache (Dynamo's aggregated embedding cache), rows in file
+    order, each row's parts in AIPerf's order, multi_turn rows resending their history."""
+    cache: OrderedDict[str, int] = OrderedDict()
+    used = 0
+    out = {m: [0, 0, 0, 0] for m in ("image", "audio", "video")}
+    history: dict = {}
+    for row in read_rows(path):
+        for turn in row.get("turns", [row]):
+            parts = turn.get("images", []) + turn.get("audios", []) + turn.get("videos", [])
+            sid = row.get("session_id")
+            refs = history.setdefault(sid, []) + parts if "turns" in row else parts
+            if "turns" in row:
+                history[sid] = refs
+            for ref in refs:
+                modality, size, tokens = sizes[ref]
+                counts = out[modality]
+                counts[0] += 1
+                if ref in cache:
+                    cache.move_to_end(ref)
+                    counts[1:] = [counts[1] + 1, counts[2] + size, counts[3] + tokens]
+                elif size <= capacity:
+                    cache[ref] = size
+                    used += size
+                    while used > capacity:
+                        used -= cache.popitem(last=False)[1]
+    return {m: v for m, v in out.items() if v[0]}
+
+
+CASES = {
+    "pool-zipf": ["pool", "-n", "40", "--pool-size", "6", "--reuse", "zipf",
+                  "--images-per-request", "2", "--videos-per-request", "1",
+                  "--audios-per-request", "1", "--video-pool-size", "4"],
+    "pool-video-only": ["pool", "-n", "30", "--pool-size", "5", "--reuse", "uniform",
+                        "--images-per-request", "0", "--videos-per-request", "2"],
+    "sliding-window": ["sliding-window", "--users", "3", "--turns", "4", "--window", "2",
+                       "--videos-per-request", "2", "--audios-per-request", "1", "--order",
+                       "user-major", "--delivery", "path"],
+    "sliding-window-multi-turn": ["sliding-window", "--users", "2", "--turns", "3", "--window",
+                                  "1", "--videos-per-request", "1", "--format", "multi_turn",
+                                  "--delivery", "path"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_per_modality_numbers_match_an_independent_lru(run_cli, tmp_path, case):
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES[case])
+    manifest = read_manifest(path)
+    sizes = _oracle_sizes(manifest)
+    distinct = sum(size for _, size, _ in sizes.values())
+    caps = [distinct * f / 2**30 for f in (0.08, 0.25, 0.5, 2.0)]
+    doc = json.loads(run_cli("analyze", path, "--cache", "dynamo-embedding", "--json",
+                             "--cache-size", ",".join(f"{c:.12g}" for c in caps)).output)
+    modalities = set(doc["modalities"])
+    assert "video" in modalities
+    for row in doc["capacities"]:
+        want = _oracle(path, row["capacity_bytes"], sizes)
+        assert set(want) == modalities
+        for m, (refs, hits, hit_bytes, hit_tokens) in want.items():
+            got = row["by_modality"][m]
+            assert (got["references"], got["hits"], got["bytes_hit"], got["tokens_saved"]) == \
+                (refs, hits, hit_bytes, hit_tokens), (case, row["capacity"], m)
+        assert row["hits"] == sum(v[1] for v in want.values())
+    assert any(0 < r["hits"] < doc["best"]["hits"] for r in doc["capacities"]), \
+        "the capacities must evict something for the comparison to mean anything"
+
+
+@pytest.mark.parametrize("target", ["dynamo-embedding", "dynamo-encode", "vllm-processor",
+                                    "vllm-processor-shm", "vllm-encoder", "sglang-vlm"])
+def test_headline_counts_every_modality_like_the_exact_replay(run_cli, tmp_path, target):
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["pool-zipf"])
+    t = get_target(target)
+    trace = trace_from_manifest(read_manifest(path))
+    sizes, _ = trace.costs(MODEL, target=t)
+    span = int(sizes[np.unique(trace.ids)].sum())
+    caps = sorted({int(span * f) for f in (0.05, 0.2, 0.45, 0.8)} | {span + 1})
+    a = analyze(trace, MODEL, Semantics(target=target), caps, want_curve=False)
+    replay = Replay(t, trace, sizes)
+    for cap, row in zip(caps, a.summary["capacities"]):
+        flags = replay.flags(cap)
+        assert row["hits"] == int(flags.sum()), (target, cap)
+        per = {m: r["hits"] for m, r in row["by_modality"].items()}
+        mods = trace.modality[trace.ids]
+        assert per == {m: int(flags[mods == k].sum()) for k, m in
+                       enumerate(("image", "audio", "video")) if (mods == k).any()}
+    assert a.summary["references"] == trace.ids.size == 40 * 4
+    hits = [r["hits"] for r in a.summary["capacities"]]
+    assert hits[-1] == a.summary["best"]["hits"] > 0
+    assert any(0 < h < hits[-1] for h in hits) or target == "sglang-vlm"  # sets rarely repeat
+
+
+def test_scanned_dataset_equals_its_manifest(run_cli, tmp_path):
+    """Without the manifest, videos and audio are identified by their bytes: the same trace."""
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["sliding-window"][:-4], "--delivery",
+                "data-url")
+    args = ("analyze", path, "--cache", "vllm-processor", "--cache-size", "0.002,4", "--json")
+    with_manifest = json.loads(run_cli(*args).output)
+    scanned = json.loads(run_cli(*args, "--no-manifest").output)
+    for key in ("references", "distinct_images", "best", "capacities", "modalities",
+                "thresholds"):
+        assert scanned[key] == with_manifest[key], key
+    rows = read_rows(path)
+    assert rows[0]["audios"][0].startswith("wav,") and rows[0]["videos"][0].startswith("data:")
+
+
+def test_console_and_curve_show_each_modality(run_cli, tmp_path):
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["pool-zipf"])
+    out = run_cli("analyze", path, "--cache", "vllm-encoder", "--cache-size", "200,5000",
+                  "--curve", tmp_path / "c.json")
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert "item references        160 (image 80, audio 40, video 40)" in text, text
+    assert "per modality (one cache holds every modality" in text
+    for m in ("image", "audio", "video"):
+        assert f"best    {m}" in text or f"{m}     " in text
+    curve = json.loads((tmp_path / "c.json").read_bytes())
+    assert curve["summary"]["modalities"]["video"]["references"] == 40
+
+
+def test_generic_model_cannot_size_videos(run_cli, tmp_path):
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["pool-video-only"])
+    out = run_cli("analyze", path, "--tokens-per-image", "100", "--bytes-per-token", "10")
+    assert out.exit_code == 2 and "no video rule" in out.output
