@@ -65,6 +65,40 @@ def bench_curve(refs: int, objects: int) -> None:
               f"  {curve.capacity.size:,} breakpoints  = {t_replay / sec:.2f}x one replay")
 
 
+def bench_completion(refs: int, objects: int, in_flight: int = 64) -> None:
+    """The insert-at-completion replay (compiled, one capacity per pass) against one replay of
+    the shared cache model (``caches.model``) on the same events; checked equal."""
+    from mmdatagen.analysis import concurrency
+    from mmdatagen.caches.model import OrderedCache
+
+    refs = min(refs, 2_000_000)  # the Python model replay is the slow side
+    ids, obj = synthetic(refs, objects)
+    ev = concurrency.events(refs, in_flight)
+    row_start = np.arange(refs + 1, dtype=np.int64)
+    cap = int(obj.sum() // 20)
+    concurrency.completion_flags(concurrency.events(10, 4), row_start[:11], ids[:10], obj, cap,
+                                 compiled=True)  # load the compiled kernel
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        flags = concurrency.completion_flags(ev, row_start, ids, obj, cap, compiled=True)
+        best = min(best, time.perf_counter() - t)
+    cache = OrderedCache(cap, insert_on_lookup=False)
+    keys, sizes = ids.tolist(), obj[ids].tolist()
+    hits = 0
+    t = time.perf_counter()
+    for e in ev.tolist():
+        if e >= 0:
+            hits += cache.lookup(e, [(keys[e], sizes[e])])[0]
+        else:
+            cache.finish(~e)
+    t_model = time.perf_counter() - t
+    assert hits == int(flags.sum()), "the compiled replay disagrees with the cache model"
+    print(f"insert at completion, {in_flight} in flight, {refs:,} refs, one capacity: compiled "
+          f"{best:.3f} s {refs / best / 1e6:6.2f} M refs/s; cache model {t_model:.2f} s "
+          f"= {t_model / best:.1f}x slower (hit rate {hits / refs:.1%}, equal)")
+
+
 def bench_crossover() -> None:
     """Why small traces skip numba: its import + cached-kernel load vs the Python kernel."""
     code = ("import time; t = time.perf_counter(); from mmdatagen.analysis.lru import kernels; "
@@ -162,11 +196,14 @@ def main() -> None:
     ap.add_argument("--refs", type=int, default=10_000_000)
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--big-mb", type=int, default=400)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["curve", "crossover", "seeds", "big"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["curve", "completion", "crossover", "seeds",
+                                                                 "big"])
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     if "curve" not in args.skip:
         bench_curve(args.refs, args.objects)
+    if "completion" not in args.skip:
+        bench_completion(args.refs, args.objects)
     if "crossover" not in args.skip:
         bench_crossover()
     with tempfile.TemporaryDirectory(prefix="bench_analysis_") as tmp:

@@ -159,39 +159,25 @@ def completion_hits(ev: np.ndarray, row_refs: list[np.ndarray], obj_sizes: np.nd
 
 
 def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nxt, present):
-    """Array twin of ``completion_hits`` (dense ids, doubly linked LRU list); fills ``hits``.
-
-    ``prev``/``nxt`` (-1) and ``present`` (0) have one slot per object.
+    """Hit flags under insert-at-completion (dense ids, doubly linked LRU list); fills ``hits``
+    (zeros on entry). A lookup at dispatch (event ``r``) hits if the entry is present and
+    refreshes it; at completion (``~r``) each missed entry is stored, or refreshed when another
+    request stored it meanwhile. ``prev``/``nxt`` (-1) and ``present`` (0) have one slot per
+    object; ``tail`` is the least recently used, ``head`` the most.
     """
-    head = -1  # most recently used
-    tail = -1
+    head = tail = -1
     used = 0
     for e in ev:
-        if e >= 0:
-            for i in range(row_start[e], row_start[e + 1]):
-                x = ids[i]
-                if present[x]:
-                    hits[i] = 1
-                    if x != head:  # unlink, then push to the front
-                        nxt[prev[x]] = nxt[x]
-                        if nxt[x] >= 0:
-                            prev[nxt[x]] = prev[x]
-                        else:
-                            tail = prev[x]
-                        prev[x] = -1
-                        nxt[x] = head
-                        prev[head] = x
-                        head = x
-                else:
-                    hits[i] = 0
-            continue
-        r = ~e
+        done = e < 0
+        r = ~e if done else e
         for i in range(row_start[r], row_start[r + 1]):
-            if hits[i]:
-                continue
             x = ids[i]
-            if present[x]:  # stored meanwhile by another request (or earlier in this one)
-                if x != head:
+            if done and hits[i]:
+                continue
+            if present[x]:
+                if not done:
+                    hits[i] = 1
+                if x != head:  # unlink, then push to the front
                     nxt[prev[x]] = nxt[x]
                     if nxt[x] >= 0:
                         prev[nxt[x]] = prev[x]
@@ -202,15 +188,15 @@ def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nx
                     prev[head] = x
                     head = x
                 continue
+            if not done:
+                continue
             s = sizes[x]
             if s > capacity:
-                if flush:
-                    while head >= 0:
-                        y = head
-                        head = nxt[y]
-                        present[y] = 0
-                        prev[y] = -1
-                        nxt[y] = -1
+                while flush and head >= 0:  # flush: empty the cache, store nothing
+                    y = head
+                    head = nxt[y]
+                    present[y] = 0
+                    prev[y] = nxt[y] = -1
                     tail = -1
                     used = 0
                 continue
