@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..spec.cli import make, options
+from ..spec.cli import Decorator, make, options
 from ..spec.load import Load, Repeats
+from ..spec.report import ReportOutput
 from ..spec.sweep import LOAD_HELP, LOAD_SKIP, SweepGrid, SweepTarget
+
+if TYPE_CHECKING:
+    from ..report.html import Report
 
 _SLO_TOKEN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:[0-9.eE+-]+$")
 
@@ -38,7 +43,7 @@ class GoodputOption(click.Option):
             opt.process = process
 
 
-def goodput_option(f):
+def goodput_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--goodput", cls=GoodputOption, multiple=True, metavar="NAME:MS ...",
         help="Service-level objectives, e.g. --goodput ttft:300 itl:20 e2el:5000 (ms; also "
@@ -47,14 +52,11 @@ def goodput_option(f):
              "good_request_count to the export.")(f)
 
 
-def report_options(f):
-    f = click.option("--png", is_flag=True,
-                     help="Also write the report's plots as PNG files in plots/ (matplotlib).")(f)
-    f = click.option("--no-report", is_flag=True, help="Do not write report.html.")(f)
-    return f
+#: ``--no-report`` and ``--png`` (spec.report.ReportOutput), shared by bench, ab, compare, sweep.
+report_options: Decorator = options(ReportOutput)
 
 
-def write_report(rep, out_dir: Path, quiet: bool, png: bool = False) -> None:
+def write_report(rep: Report, out_dir: Path, quiet: bool, png: bool = False) -> None:
     """Write a report (and its PNGs when asked) and say where."""
     res = rep.write(out_dir, png=png)
     if not quiet:
