@@ -1,0 +1,66 @@
+"""The sweep's spec layer: the grid's comma lists (spec.sweep.SweepGrid), the --sim-param axes
+(loadgen.sweep) and the config built from the specs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mmdatagen.errors import SpecError
+from mmdatagen.loadgen.sweep import parse_sim_params, sweep_config
+from mmdatagen.spec.base import build, for_cli
+from mmdatagen.spec.load import Load
+from mmdatagen.spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
+
+
+@given(st.lists(st.integers(1, 10**6), min_size=1, max_size=8, unique=True),
+       st.lists(st.floats(0.001, 1e4, allow_nan=False), min_size=1, max_size=5, unique=True))
+def test_axes_keep_values_and_order(conc, gbs):
+    grid = SweepGrid(grid_concurrency=", ".join(map(str, conc)),
+                     grid_cache_gb=",".join(repr(g) for g in gbs))
+    assert grid.axes() == {"concurrency": conc, "cache_gb": gbs}
+    assert list(grid.axes()) == ["concurrency", "cache_gb"]  # grid order, not argument order
+
+
+@pytest.mark.parametrize("field, text, flag_message", [
+    ("grid_concurrency", "1,x", "--concurrency takes comma-separated numbers, got '1,x'"),
+    ("grid_concurrency", "2.5", "--concurrency takes comma-separated numbers, got '2.5'"),
+    ("grid_concurrency", "0,4", "--concurrency values must be at least 1"),
+    ("grid_concurrency", "4,4", "--concurrency repeats a value: 4,4"),
+    ("grid_request_rate", " , ", "--request-rate needs at least one value"),
+    ("grid_request_rate", "0", "--request-rate values must be positive"),
+    ("grid_cache_gb", "1,-1", "--cache-gb values must not be negative"),
+])
+def test_bad_lists_name_the_field_then_the_flag(field, text, flag_message):
+    with pytest.raises(SpecError) as exc:
+        build(SweepGrid, {field: text})
+    assert exc.value.name == field
+    assert str(for_cli(exc.value)) == flag_message
+
+
+def test_sim_params_are_profile_fields_with_typed_values():
+    assert parse_sim_params(["max_running=32,52", "key_mode=bytes,pixels",
+                             "step_base_ms=2.5"]) == {
+        "max_running": [32, 52], "key_mode": ["bytes", "pixels"], "step_base_ms": [2.5]}
+    with pytest.raises(SpecError, match="profile field"):
+        parse_sim_params(["nope=1"])
+    with pytest.raises(SpecError, match="max_running needs at least one value"):
+        parse_sim_params(["max_running= , "])
+
+
+def test_config_from_specs(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hi"}\n')
+    load = build(Load, {"input_file": data, "seed": 7, "quiet": False})
+    cfg = sweep_config(load, build(SweepGrid, {"grid_concurrency": "1,2",
+                                               "grid_sim_params": ("max_running=4",)}),
+                       build(SweepTarget, {"output_dir": tmp_path / "sw"}), 3,
+                       goodput=("ttft:100",))
+    assert cfg.grid == {"concurrency": [1, 2], "max_running": [4]}
+    assert cfg.repeats == 3 and cfg.output_dir == Path(tmp_path / "sw") and not cfg.quiet
+    assert cfg.base.quiet and cfg.base.seed == 7 and cfg.base.cache_gb == BASE_CACHE_GB
+    assert cfg.base.goodput == {"time_to_first_token": 100.0}
+    assert cfg.expand() == [{"concurrency": 1, "max_running": 4},
+                                         {"concurrency": 2, "max_running": 4}]
