@@ -1,10 +1,11 @@
 """The one-pass LRU curve against a plain OrderedDict replay, at every capacity."""
 import numpy as np
 import pytest
+from analysis_oracle import completion_hits, replay_lru
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmdatagen.analysis import lru_curve, lru_hits, replay_lru, required_capacity
+from mmdatagen.analysis import lru_curve, lru_hits, required_capacity
 from mmdatagen.analysis.lru import dense_ids
 from mmdatagen.errors import UserError
 
@@ -143,7 +144,7 @@ def test_insert_at_completion_with_one_in_flight_is_a_plain_lru(trace, oversize,
     keys, obj = trace
     ev = concurrency.events(len(keys), 1)
     rows = [np.array([k]) for k in keys]
-    got = concurrency.completion_hits(ev, rows, np.array(obj), cap, oversize)
+    got = completion_hits(ev, rows, np.array(obj), cap, oversize)
     assert [bool(h[0]) for h in got] == replay_lru(keys, [obj[k] for k in keys], cap, oversize)
 
 
@@ -160,6 +161,6 @@ def test_completion_kernel_equals_ordereddict_events(trace, oversize, cap, k, cu
     row_start = np.searchsorted(rows, np.arange(num_rows + 1))
     ev = concurrency.events(num_rows, k)
     refs = [ids[row_start[r]:row_start[r + 1]] for r in range(num_rows)]
-    expected = np.concatenate(concurrency.completion_hits(ev, refs, obj, cap, oversize))
+    expected = np.concatenate(completion_hits(ev, refs, obj, cap, oversize))
     got = concurrency.completion_flags(ev, row_start, ids, obj, cap, oversize, compiled)
     assert got.tolist() == expected.tolist()

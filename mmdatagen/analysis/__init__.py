@@ -7,9 +7,8 @@ prints).
 """
 from .lru import Curve, lru_curve, lru_hits, required_capacity
 from .predict import Analysis, Semantics, analyze
-from .replay import replay_lru
 from .trace import Trace, trace_from_dataset, trace_from_manifest, trace_from_plan
 
-__all__ = ["Curve", "lru_curve", "lru_hits", "required_capacity", "replay_lru", "Analysis",
+__all__ = ["Curve", "lru_curve", "lru_hits", "required_capacity", "Analysis",
            "Semantics", "analyze", "Trace", "trace_from_dataset", "trace_from_manifest",
            "trace_from_plan"]

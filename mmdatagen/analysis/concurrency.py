@@ -11,16 +11,15 @@ is dispatched at once (no think time, ``delay`` ignored).
 
 A cache that registers entries when a request is scheduled sees only the dispatch order (then the
 one-pass curve over that order is exact). A cache that inserts at completion is replayed event by
-event (``completion_hits``), one capacity per pass.
+event (``completion_flags``, a compiled kernel), one capacity per pass.
 """
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 
 import numpy as np
 
 from ..errors import UserError
-from .replay import insert
 
 DISPATCH = ("file", "sessions")
 
@@ -123,39 +122,6 @@ def session_rows(sessions: np.ndarray) -> list[np.ndarray]:
 def dispatch_order(ev: np.ndarray) -> np.ndarray:
     """Rows in the order they are dispatched."""
     return ev[ev >= 0]
-
-
-def completion_hits(ev: np.ndarray, row_refs: list[np.ndarray], obj_sizes: np.ndarray,
-                    capacity: float, oversize: str = "bypass") -> list[np.ndarray]:
-    """Per row, hit flags of its references when entries are inserted only at completion.
-
-    A lookup at dispatch hits if the entry is present (and refreshes it); a missed entry is stored
-    when its request completes (unless another request stored it meanwhile: then refreshed).
-    """
-    sizes = obj_sizes.tolist()
-    cache: OrderedDict[int, int] = OrderedDict()
-    used = 0
-    pending: dict[int, list[int]] = {}
-    hits: list[np.ndarray] = [np.zeros(0, bool)] * len(row_refs)
-    for e in ev.tolist():
-        if e >= 0:
-            refs = row_refs[e].tolist()
-            flags = []
-            for x in refs:
-                if x in cache:
-                    cache.move_to_end(x)
-                    flags.append(True)
-                else:
-                    flags.append(False)
-            hits[e] = np.array(flags, bool)
-            pending[e] = [x for x, f in zip(refs, flags) if not f]
-            continue
-        for x in pending.pop(~e):
-            if x in cache:
-                cache.move_to_end(x)
-                continue
-            used = insert(cache, used, x, sizes[x], capacity, oversize)
-    return hits
 
 
 def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nxt, present):

@@ -156,33 +156,35 @@ def pack_kernel(req, ids, dec, hi, bits):
     return out
 
 
-def group_kernel(packed, bits, weights, lo):
-    """Cumulative counts at ``lo`` and at every distinct req > lo: row 0 hits, rows 1..k the
-    sums of ``weights`` (k x objects: bytes, tokens, per-modality columns), row k + 1 full
-    requests."""
+def group_kernel(packed, bits, obj_sizes, obj_tokens, lo):
+    """Cumulative (hits, bytes, tokens, full requests) at ``lo`` and at every distinct req > lo."""
     n = len(packed)
-    kw = weights.shape[0]
     caps = np.empty(n + 1, np.int64)
-    cols = np.zeros((kw + 2, n + 1), np.int64)
-    acc = np.zeros(kw + 2, np.int64)
+    cols = np.zeros((4, n + 1), np.int64)
     mask = (1 << bits) - 1
     caps[0] = lo
     k = 0
+    h = 0
+    b = 0
+    t = 0
+    f = 0
     for i in range(n):
         v = packed[i]
         r = v >> (bits + 1)
         o = (v >> 1) & mask
-        acc[0] += 1
-        for j in range(kw):
-            acc[j + 1] += weights[j, o]
-        acc[kw + 1] += v & 1
+        h += 1
+        b += obj_sizes[o]
+        t += obj_tokens[o]
+        f += v & 1
         if i + 1 < n and (packed[i + 1] >> (bits + 1)) == r:
             continue
         if r > lo:
             k += 1
             caps[k] = r
-        for j in range(kw + 2):
-            cols[j, k] = acc[j]
+        cols[0, k] = h
+        cols[1, k] = b
+        cols[2, k] = t
+        cols[3, k] = f
     return caps[: k + 1], cols[:, : k + 1]
 
 

@@ -136,15 +136,17 @@ class Curve:
         return cls(capacity, hits, hit_bytes, hit_tokens, full, modal)
 
 
-def _weights(obj_sizes: np.ndarray, obj_tokens: np.ndarray,
-             obj_mod: np.ndarray | None) -> np.ndarray:
-    """What the curve sums per object: bytes, tokens, then per modality hits, bytes, tokens."""
-    rows = [obj_sizes, obj_tokens]
-    if obj_mod is not None:
-        for m in range(len(MODALITIES)):
-            ind = (obj_mod == m).astype(np.int64)
-            rows += [ind, obj_sizes * ind, obj_tokens * ind]
-    return np.ascontiguousarray(np.array(rows, np.int64).reshape(len(rows), -1))
+def _modal_columns(group, packed: np.ndarray, bits: int, obj_sizes: np.ndarray,
+                   obj_tokens: np.ndarray, obj_mod: np.ndarray, lo: int) -> list[np.ndarray]:
+    """Per modality its hits, bytes and tokens at the same breakpoints: the group kernel again
+    with the modality's indicator as weights (two passes per modality, no second sort)."""
+    out = []
+    for m in range(len(MODALITIES)):
+        ind = (obj_mod == m).astype(np.int64)
+        _, a = group(packed, bits, ind, obj_sizes * ind, lo)
+        _, b = group(packed, bits, obj_tokens * ind, ind, lo)
+        out += [a[1], a[2], b[1]]
+    return out
 
 
 def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray,
@@ -167,8 +169,11 @@ def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tok
         raise UserError("cache sizes too large to analyse (required capacity overflows 64 bits)")
     packed = kern["pack_kernel"](req, ids, dec, min(hi, _INF), bits)
     packed.sort()
-    caps, cols = kern["group_kernel"](packed, bits, _weights(obj_sizes, obj_tokens, obj_mod), lo)
-    return [caps, cols[0], cols[1], cols[2], cols[-1], *cols[3:-1]]
+    caps, cols = kern["group_kernel"](packed, bits, obj_sizes, obj_tokens, lo)
+    if obj_mod is None:
+        return [caps, *cols]
+    return [caps, *cols, *_modal_columns(kern["group_kernel"], packed, bits, obj_sizes, obj_tokens,
+                                         obj_mod, lo)]
 
 
 def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
