@@ -24,7 +24,8 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mmdatagen.metrics import RECORDS_NAME, RequestRecord, build_export, write_exports  # noqa: E402
+from mmdatagen.export import build_export, write_exports  # noqa: E402
+from mmdatagen.metrics import RECORDS_NAME, RequestRecord  # noqa: E402
 from mmdatagen.report.aggregate import Columns, aggregates, run_aggregates  # noqa: E402
 from mmdatagen.report.html import runs_report  # noqa: E402
 

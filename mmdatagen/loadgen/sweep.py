@@ -224,7 +224,7 @@ def _capacity(prof: Profile, cache_gb: float | None) -> float:
 
 def run_virtual(bc: BenchConfig, prof: Profile, predicted: dict[str, Any] | None) -> Export:
     """One run in virtual time: the simulator's engine, exports written like ``bench``'s."""
-    from ..metrics import build_export, write_exports
+    from ..export import build_export, write_exports
     from ..report.aggregate import run_aggregates
     from ..sim.virtual import OutputPolicy, run_simulation
     from .goodput import export_goodput
