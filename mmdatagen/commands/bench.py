@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,6 +11,9 @@ from ..spec.cache import AbCache, BenchCache, Geometry
 from ..spec.cli import make, options
 from ..spec.load import AB_DEFAULTS, AbRuns, BenchTarget, Load
 from .sweep import goodput_option, report_options, write_report
+
+if TYPE_CHECKING:
+    from ..report.html import ReportKind
 
 
 @click.command()
@@ -67,7 +70,8 @@ def ab(**v: Any) -> None:
 
 
 def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool,
-                     report: bool = True, kind: str = "compare", png: bool = False) -> None:
+                     report: bool = True, kind: ReportKind = "compare", png: bool = False
+                     ) -> None:
     from ..loadgen.compare import write_comparison
 
     text, written = write_comparison(a, b, labels, out, chart)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from .. import __version__
 from ..exportmodel import SweepDoc, SweepPoint
@@ -22,6 +22,7 @@ from . import svg
 
 REPORT_NAME = "report.html"
 PLOTS_DIR = "plots"
+ReportKind = Literal["bench", "ab", "compare", "sweep"]  # the page's data-kind
 
 
 class ReportFiles(TypedDict):
@@ -118,7 +119,7 @@ def hit_rates(ex: dict[str, Any]) -> dict[str, float | None]:
 
 @dataclass
 class Report:
-    kind: str
+    kind: ReportKind
     title: str
     subtitle: str = ""
     sections: list[tuple[str, str]] = field(default_factory=list)
@@ -240,7 +241,7 @@ def _server_note(runs: F.Runs) -> str:
     return " ".join(notes)
 
 
-def runs_report(kind: str, runs: F.Runs, title: str,
+def runs_report(kind: ReportKind, runs: F.Runs, title: str,
                 comparison: dict[str, Any] | None = None) -> Report:
     """bench (one run) or ab/compare (two runs): tables, CDFs, timelines, cache."""
     first = runs[0][1].get("input_config") or {}
