@@ -3,10 +3,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .spec.content import Content, Media, Output
 from .spec.workload import PoolWorkload, SlidingWindowWorkload
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without numpy, PIL or PyAV
+    from .generate import Result
+    from .plans.base import Plan
 
 Workload = PoolWorkload | SlidingWindowWorkload
 
@@ -28,7 +32,7 @@ def manifest_params(workload: Workload, content: Content, output: Output,
             "format": fmt}
 
 
-def make_plan(workload: Workload, content: Content, media: Media, seed: int):  # -> Plan
+def make_plan(workload: Workload, content: Content, media: Media, seed: int) -> Plan:
     from .plans import pool_plan, sliding_window_plan
 
     fn = pool_plan if isinstance(workload, PoolWorkload) else sliding_window_plan
@@ -37,7 +41,7 @@ def make_plan(workload: Workload, content: Content, media: Media, seed: int):  #
 
 
 def make_dataset(workload: Workload, content: Content, output: Output,
-                 media: Media | None = None):  # -> generate.Result
+                 media: Media | None = None) -> Result:
     """Build the plan, render and write it (and the Hugging Face copy when asked)."""
     from .content.images import ImageFactory, ImageStyle
     from .content.text import TextEngine
@@ -76,10 +80,10 @@ def make_dataset(workload: Workload, content: Content, output: Output,
     return result
 
 
-def summary(result: Any) -> str:
+def summary(result: Result) -> str:
     """``wrote N rows, M images[, K videos...][, images in DIR] in T s``."""
-    section = result.manifest_data.media or {} if result.manifest_data is not None else {}
+    media = result.manifest_data.media if result.manifest_data is not None else None
     items = f"{result.images} images" + "".join(
-        f", {len(section[m]['items'])} {m}s" for m in section)
+        f", {len(section.items)} {m}s" for m, section in (media or {}).items())
     where = f", images in {result.image_dir}" if result.image_dir else ""
     return f"wrote {result.rows} rows, {items}{where} in {result.seconds:.2f} s"

@@ -21,6 +21,8 @@ from .io.manifest import (
     HashingWriter,
     ImageEntry,
     Manifest,
+    MediaEntry,
+    MediaSection,
     ShardInfo,
     dump,
     manifest_path,
@@ -172,30 +174,43 @@ def _merge_uuids(shards: list[Shard]) -> dict[str, str] | None:
     return {str(i): merged[i] for i in sorted(merged)}
 
 
+def _merge_sessions(shards: list[Shard]) -> list[str] | None:
+    parts = [s.manifest.sessions for s in shards]
+    if any(part is None for part in parts):
+        return None
+    return [x for part in parts if part is not None for x in part]
+
+
 def merged_manifest(shards: list[Shard]) -> Manifest:
     """The manifest one process writes for the whole dataset (its ``jsonl`` filled by merge)."""
     total = shards[0].manifest.shard.total_lines
-    sessions = [s.manifest.sessions for s in shards]
     return replace(shards[0].manifest, shard=ShardInfo(0, 1, (0, total), total),
                    images=_merge_table(shards),
                    rows=[row for s in shards for row in s.manifest.rows],
-                   sessions=None if sessions[0] is None else [x for part in sessions for x in part],
+                   sessions=_merge_sessions(shards),
                    image_uuids=_merge_uuids(shards), jsonl=None,
                    media=_merge_media(shards) if shards[0].manifest.media is not None else None)
 
 
-def _merge_media(shards: list[Shard]) -> dict[str, Any]:
+def _sections(shard: Shard, modality: str) -> MediaSection:
+    section = (shard.manifest.media or {}).get(modality)
+    if section is None:  # check_belong compared the styles, so this is a shard made by hand
+        raise UserError(f"{shard.path.name} has no {modality} section")
+    return section
+
+
+def _merge_media(shards: list[Shard]) -> dict[str, MediaSection]:
     """Join the shards' video/audio sections (styles already agree): items united by id, rows
     concatenated."""
-    merged: dict[str, Any] = {}
+    merged: dict[str, MediaSection] = {}
     for modality, first in (shards[0].manifest.media or {}).items():
-        items: dict[int, dict[str, Any]] = {}
+        items: dict[int, MediaEntry] = {}
         for shard in shards:
-            for entry in (shard.manifest.media or {})[modality]["items"]:
-                if items.setdefault(int(entry["id"]), entry) != entry:
-                    raise UserError(f"shards disagree on {modality} {entry['id']} ({shard.path.name})")
-        rows = [row for s in shards for row in (s.manifest.media or {})[modality]["rows"]]
-        merged[modality] = {**first, "items": [items[i] for i in sorted(items)], "rows": rows}
+            for entry in _sections(shard, modality).items:
+                if items.setdefault(entry.id, entry) != entry:
+                    raise UserError(f"shards disagree on {modality} {entry.id} ({shard.path.name})")
+        rows = [row for s in shards for row in _sections(s, modality).rows]
+        merged[modality] = MediaSection(first.style, [items[i] for i in sorted(items)], rows)
     return merged
 
 

@@ -18,7 +18,7 @@ from mmdatagen.analysis.predict import Semantics, analyze
 from mmdatagen.analysis.targets import Replay
 from mmdatagen.analysis.trace import trace_from_manifest
 from mmdatagen.caches import get_target
-from mmdatagen.io.manifest import read_manifest
+from mmdatagen.io.manifest import AudioEntry, VideoEntry, read_manifest
 from mmdatagen.media_tokens import QWEN2_AUDIO, audio_tokens, video_cost, video_geometry
 from mmdatagen.vlm import get_model
 
@@ -42,12 +42,14 @@ def _oracle_sizes(manifest) -> dict[str, tuple[str, int, int]]:
     for im in manifest.images:
         out[im.ref] = ("image", MODEL.entry_bytes(im.width, im.height),
                        MODEL.image_tokens(im.width, im.height))
-    for v in manifest.media.get("video", {"items": []})["items"]:
-        tok = video_cost(geom, v["frames"], v["fps"], v["width"], v["height"]).tokens
-        out[v["ref"]] = ("video", tok * MODEL.bytes_per_token, tok)
-    for a in manifest.media.get("audio", {"items": []})["items"]:
-        tok = audio_tokens(QWEN2_AUDIO, a["samples"], a["sample_rate"])
-        out[a["ref"]] = ("audio", tok * MODEL.bytes_per_token, tok)
+    for v in manifest.media["video"].items if "video" in manifest.media else []:
+        assert isinstance(v, VideoEntry)
+        tok = video_cost(geom, v.frames, v.fps, v.width, v.height).tokens
+        out[v.ref] = ("video", tok * MODEL.bytes_per_token, tok)
+    for a in manifest.media["audio"].items if "audio" in manifest.media else []:
+        assert isinstance(a, AudioEntry)
+        tok = audio_tokens(QWEN2_AUDIO, a.samples, a.sample_rate)
+        out[a.ref] = ("audio", tok * MODEL.bytes_per_token, tok)
     return out
 
 

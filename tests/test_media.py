@@ -15,7 +15,7 @@ from conftest import read_rows, run_subprocess
 from mmdatagen.content.audio import AudioFactory, AudioStyle
 from mmdatagen.content.video import VideoFactory, VideoStyle
 from mmdatagen.io import hf
-from mmdatagen.io.manifest import read_manifest
+from mmdatagen.io.manifest import AudioEntry, VideoEntry, read_manifest
 from mmdatagen.plans import pool_plan, sliding_window_plan
 
 SMALL = ["--image-size", "32x24", "--text-tokens", "8", "--tokenizer", "words", "--video-size",
@@ -105,16 +105,18 @@ def test_mixed_pool_rows_manifest_and_files(run_cli, tmp_path):
     media = read_manifest(path).media
     assert [len(r["images"]) for r in rows] == [1] * 12
     assert all(r["videos"][0].endswith(".mp4") and r["audios"][0].endswith(".wav") for r in rows)
-    assert media["video"]["rows"] == [[int(Path(r["videos"][0]).stem.split("_")[1])] for r in rows]
-    items = {e["id"]: e for e in media["video"]["items"]}
+    assert media["video"].rows == [[int(Path(r["videos"][0]).stem.split("_")[1])] for r in rows]
+    items = {e.id: e for e in media["video"].items}
     assert set(items) == {0, 1, 2}
     for e in items.values():
-        data = Path(e["ref"]).read_bytes()
-        assert e["bytes"] == len(data) and (e["width"], e["height"], e["frames"]) == (64, 48, 4)
-        assert e["fps"] == 2.0 and e["duration"] == 2.0 and len(e["uuid"]) == 36
+        assert isinstance(e, VideoEntry) and e.ref is not None and e.uuid is not None
+        data = Path(e.ref).read_bytes()
+        assert e.bytes == len(data) and (e.width, e.height, e.frames) == (64, 48, 4)
+        assert e.fps == 2.0 and e.duration == 2.0 and len(e.uuid) == 36
         assert len(decode_video(data)[0]) == 4
-    audio = media["audio"]["items"][0]
-    assert (audio["sample_rate"], audio["channels"], audio["samples"]) == (16000, 1, 4000)
+    audio = media["audio"].items[0]
+    assert isinstance(audio, AudioEntry)
+    assert (audio.sample_rate, audio.channels, audio.samples) == (16000, 1, 4000)
 
 
 def test_inline_delivery_is_aiperf_form_and_deterministic(run_cli, tmp_path):
@@ -131,7 +133,7 @@ def test_inline_delivery_is_aiperf_form_and_deterministic(run_cli, tmp_path):
     # the same video id is the same bytes wherever it appears
     m = read_manifest(a).media["video"]
     seen = {}
-    for ids, row in zip(m["rows"], read_rows(a)):
+    for ids, row in zip(m.rows, read_rows(a)):
         for i, ref in zip(ids, row["videos"]):
             assert seen.setdefault(i, ref) == ref
 

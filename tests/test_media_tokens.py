@@ -153,9 +153,9 @@ def test_media_reuse_one_cache_for_every_modality(tmp_path):
     for modality in ("image", "video", "audio"):
         r = reuse.by_modality[modality]
         assert (r.references, r.distinct, r.hits) == (12, 3, 9)  # only compulsory misses
-    video = manifest.media["video"]["items"][0]
+    video = manifest.media["video"].items[0]
     cost = video_cost(video_geometry(model.family, model.patch_size, model.merge_size),
-                      4, video["fps"], 64, 48)
+                      4, video.fps, 64, 48)
     assert reuse.by_modality["video"].tokens_referenced == 12 * cost.tokens
     assert reuse.by_modality["video"].bytes_referenced == 12 * cost.processor_bytes
     tiny = media_reuse(manifest, model, big, 1)  # nothing fits: no hits anywhere

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import DatasetError, UserError
 from ..io import imageref
-from ..io.manifest import Manifest
+from ..io.manifest import Manifest, MediaSection
 from ..io.readers import Turn, detect_format, iter_turns
 from ..vlm import VisionModel
 
@@ -179,20 +179,21 @@ class _MediaTable:
         self.widths: list[int] = []
         self.heights: list[int] = []
 
-    def add(self, code: int, name: str, section: dict, rows: list[list[int]], source: str) -> None:
+    def add(self, code: int, name: str, section: MediaSection, rows: list[list[int]],
+            source: str) -> None:
         base = len(self.codes)
         index = {}
-        for k, item in enumerate(section["items"]):
-            index[int(item["id"])] = base + k
+        for k, item in enumerate(section.items):
+            index[item.id] = base + k
             self.codes.append(code)
             for f in self.FIELDS:
-                self.values[f].append(item.get(f, 0) or 0)
-            self.widths.append(int(item.get("width", 0) or 0))
-            self.heights.append(int(item.get("height", 0) or 0))
-        if len(section["rows"]) != len(rows):
+                self.values[f].append(getattr(item, f, 0) or 0)
+            self.widths.append(int(getattr(item, "width", 0) or 0))
+            self.heights.append(int(getattr(item, "height", 0) or 0))
+        if len(section.rows) != len(rows):
             raise DatasetError(f"{source}: malformed manifest ({name} rows do not match rows)")
         try:
-            for row, ids in zip(rows, section["rows"]):
+            for row, ids in zip(rows, section.rows):
                 row.extend(index[int(x)] for x in ids)
         except KeyError as exc:
             raise DatasetError(f"{source}: malformed manifest (row {name} {exc} not in its "

@@ -123,7 +123,7 @@ def _examples(jsonl: str, image_dir: str | None) -> Iterator[dict[str, Any]]:
                     if modality == "video" else [b for b, _ in got]
                 example[modality + "_refs"] = [p if p is not None else r
                                                for (_, p), r in zip(got, mrefs)]
-                example[modality + "_ids"] = section["rows"][row]
+                example[modality + "_ids"] = section.rows[row]
             yield example
             row += 1
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from .media import MediaPlan
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Plan:
     turns: np.ndarray | None = None
     session_format: str = "user_{}"
     params: dict[str, Any] = field(default_factory=dict)
-    media: dict[str, Any] = field(default_factory=dict)  # "video"/"audio" -> plans.media.MediaPlan
+    media: dict[str, MediaPlan] = field(default_factory=dict)  # "video"/"audio" -> its items
 
     @property
     def num_rows(self) -> int:

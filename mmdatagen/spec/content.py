@@ -3,10 +3,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import common
 from .base import SpecError, option, spec
+
+if TYPE_CHECKING:  # the styles are built where used (the CLI starts without numpy or PyAV)
+    from ..content.audio import AudioStyle
+    from ..content.video import VideoStyle
 
 ImageContent = Literal["noise", "photo", "solid", "folder", "hf"]
 ImageFormat = Literal["jpeg", "png"]
@@ -106,13 +110,14 @@ class Media:
                                           "(default 5).", kind=float, min=0, min_open=True,
                                           max=3600)
 
-    def styles(self, modalities: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def styles(self, modalities: Iterable[str]
+               ) -> tuple[dict[str, VideoStyle | AudioStyle], dict[str, Any]]:
         """Video/audio styles for the modalities in use, and the options that fix their bytes."""
         from ..content.audio import AudioStyle
         from ..content.video import VideoStyle
 
         used = set(modalities)
-        styles: dict[str, Any] = {}
+        styles: dict[str, VideoStyle | AudioStyle] = {}
         if "video" in used:
             styles["video"] = VideoStyle(
                 container=self.video_format or "mp4", codec=self.video_codec,
