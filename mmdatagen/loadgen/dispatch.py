@@ -19,6 +19,7 @@ from ..arrivals import Pacer
 from ..errors import DatasetError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
+from ..sessions import row_label
 from .client import Result
 from .failures import ErrorKind, error
 from .payload import BodyConfig, ImageEncoder, build_body, serialize
@@ -279,7 +280,7 @@ async def fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None
                     pass
             if sem is not None:
                 await sem.acquire()
-            sid = turn.session_id or f"row_{turn.line_no}"
+            sid = row_label(turn.session_id, turn.line_no)
             if sid not in corr:
                 corr[sid] = str(uuid.uuid4())
             turns_of[sid] = turns_of.get(sid, 0) + 1
