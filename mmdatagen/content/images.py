@@ -181,8 +181,8 @@ def folder_image(folder: str, seed: int, image_id: int, width: int, height: int)
     files = folder_files(folder)
     path = files[image_id % len(files)]
     try:
-        with Image.open(path) as src:
-            src = ImageOps.exif_transpose(src).convert("RGB")
+        with Image.open(path) as opened:
+            src = ImageOps.exif_transpose(opened).convert("RGB")
     except OSError:
         raise UserError(f"cannot read image {path}") from None
     return _fit_slot(src, seed, image_id, image_id // len(files), width, height)
@@ -194,8 +194,8 @@ def hf_image(path: str, column: str, seed: int, image_id: int, width: int, heigh
     entry = images[image_id % len(images)][column]
     try:
         data = entry["bytes"] if entry.get("bytes") else Path(entry["path"]).read_bytes()
-        with Image.open(io.BytesIO(data)) as src:
-            src = ImageOps.exif_transpose(src).convert("RGB")
+        with Image.open(io.BytesIO(data)) as opened:
+            src = ImageOps.exif_transpose(opened).convert("RGB")
     except (OSError, TypeError):
         raise UserError(f"cannot read image {image_id % len(images)} of {path}") from None
     return _fit_slot(src, seed, image_id, image_id // len(images), width, height)
@@ -205,8 +205,8 @@ def _fit_slot(src: Image.Image, seed: int, image_id: int, variant: int, width: i
               height: int) -> Image.Image:
     """Cover W x H (centred for the first use of a source, a seeded crop/flip after); stamp the id."""
     g = rng.rng_for(seed, rng.IMAGE, image_id)
-    centering = (0.5, 0.5) if variant == 0 else tuple(float(v) for v in g.random(2))
-    img = ImageOps.fit(src, (width, height), Image.BICUBIC, centering=centering)
+    cx, cy = (0.5, 0.5) if variant == 0 else (float(v) for v in g.random(2))
+    img = ImageOps.fit(src, (width, height), Image.Resampling.BICUBIC, centering=(cx, cy))
     if variant % 2 == 1:
         img = ImageOps.mirror(img)
     _stamp(img, image_id)

@@ -200,12 +200,15 @@ class VideoFactory:
 def encode_frames(frames, width: int, height: int, style: VideoStyle) -> bytes:
     """Encode yuv420p frames into the style's container, single-threaded and bitexact."""
     import av
+    from av.video.stream import VideoStream
 
     encoder = ENCODERS[style.codec_name]
     buf = io.BytesIO()
     with av.open(buf, "w", format=style.container,
                  options={"fflags": "+bitexact"}) as out:
         stream = out.add_stream(encoder, rate=style.rate)
+        if not isinstance(stream, VideoStream):
+            raise TypeError(f"{encoder} is not a video encoder")
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         ctx = stream.codec_context
         ctx.thread_count = 1

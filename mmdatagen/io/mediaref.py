@@ -9,12 +9,14 @@ import base64
 import binascii
 import io
 import wave
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import blake3
 
+from ..caches.targets import CacheTarget
 from ..errors import DatasetError
 from ..media_tokens import (
     QWEN2_AUDIO,
@@ -23,8 +25,7 @@ from ..media_tokens import (
     video_cost,
     video_geometry,
 )
-
-REMOTE_VIDEO = (16, 2.0, 640, 360)  # frames, fps, width, height assumed for http(s) videos
+from ..vlm import VisionModel
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class VideoInfo:
     fps: float
     width: int
     height: int
+
+
+REMOTE_VIDEO = (16, 2.0, 640, 360)  # frames, fps, width, height assumed for http(s) videos
+_REMOTE_INFO = VideoInfo(*REMOTE_VIDEO)
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ def video_info(data: bytes) -> VideoInfo:
     import av
 
     try:
-        with av.open(io.BytesIO(data)) as inp:
+        with av.open(io.BytesIO(data), "r") as inp:
             if not inp.streams.video:
                 raise DatasetError("the video has no video stream")
             stream = inp.streams.video[0]
@@ -91,12 +96,19 @@ def audio_info(data: bytes, fmt: str) -> AudioInfo:
     import av
 
     try:
-        with av.open(io.BytesIO(data)) as inp:
+        with av.open(io.BytesIO(data), "r") as inp:
             stream = inp.streams.audio[0]
             samples = sum(f.samples for f in inp.decode(stream))
             return AudioInfo(samples, stream.sample_rate, stream.channels)
     except Exception as exc:
         raise DatasetError(f"cannot read the mp3 audio: {type(exc).__name__}") from None
+
+
+MediaKey = tuple[str, str]  # ("video" | "audio", blake3) by content, ("ref", url), ("uuid", id)
+Sized = tuple[int, int, int]  # encoder tokens, prompt tokens, entry size in the target's unit
+R = TypeVar("R")
+#: ``make(key, tokens, prompt tokens, entry size, remote)``: what the caller builds per part.
+Make = Callable[[MediaKey, int, int, int, bool], R]
 
 
 class MediaResolver:
@@ -105,18 +117,19 @@ class MediaResolver:
     prediction can use the same), memoised by content hash and by reference string. Bad input
     raises ``error(400, message)``."""
 
-    def __init__(self, model, target, error: type[Exception], memo_size: int = 4096,
+    def __init__(self, model: VisionModel, target: CacheTarget,
+                 error: Callable[[int, str], Exception], memo_size: int = 4096,
                  dataset_dir: Path | None = None) -> None:
         self.model, self.target, self.error = model, target, error
         self.dataset_dir = dataset_dir  # local files allowed (virtual runs) when set
         self.geom = video_geometry(model.family, model.patch_size, model.merge_size,
                                    model.temporal_patch_size, model.min_pixels, model.max_pixels) \
             if model.tokens_per_image is None else None
-        self._memo: dict[Any, tuple[int, int, int]] = {}
-        self._strings: dict[bytes, tuple[tuple, tuple[int, int, int]]] = {}  # by reference hash
+        self._memo: dict[MediaKey, Sized] = {}
+        self._strings: dict[bytes, tuple[MediaKey, Sized]] = {}  # by reference hash
         self._memo_size = memo_size
 
-    def _size(self, tokens: int, prompt: int, processor: int) -> tuple[int, int, int]:
+    def _size(self, tokens: int, prompt: int, processor: int) -> Sized:
         entry = self.target.entry
         if entry == "processor":
             nbytes = processor
@@ -126,7 +139,7 @@ class MediaResolver:
             nbytes = tokens * self.model.bytes_per_token
         return tokens, prompt, nbytes
 
-    def _key(self, content_key: tuple, ref: str, uuid: str | None) -> tuple:
+    def _key(self, content_key: MediaKey, ref: str, uuid: str | None) -> MediaKey:
         mode = self.target.key
         if mode == "uuid" and uuid:
             return ("uuid", uuid)
@@ -134,7 +147,25 @@ class MediaResolver:
             return ("ref", ref)
         return content_key
 
-    def video(self, part: dict, make) -> Any:
+    def video(self, part: Mapping[str, Any], make: Make[R]) -> R:
+        url, uuid = self._video_ref(part)
+        remote = url.startswith(("http://", "https://"))
+        seen = self._strings.get(_digest(url))
+        if seen is not None:  # the same reference string again: no base64 decoding, no hashing
+            return make(self._key(seen[0], url, uuid), *seen[1], remote)
+        key, source = self._video_source(url, remote)
+        sized = self._memo.get(key)
+        if sized is None:
+            info = source if isinstance(source, VideoInfo) else self._video_info(source)
+            sized = self._video_size(info)
+            self._remember(key, sized)
+        if not remote and "://" not in url and not url.startswith("data:"):
+            return make(self._key(key, url, uuid), *sized, remote)  # files may change
+        self._remember_string(url, key, sized)
+        return make(self._key(key, url, uuid), *sized, remote)
+
+    def _video_ref(self, part: Mapping[str, Any]) -> tuple[str, str | None]:
+        """The part's URL and uuid, checked (and that the model can take videos at all)."""
         vu = part.get("video_url")
         url = vu.get("url") if isinstance(vu, dict) else vu
         uuid = part.get("uuid")
@@ -142,75 +173,80 @@ class MediaResolver:
             raise self.error(400, "video_url parts need a non-empty string 'url'")
         if self.geom is None:
             raise self.error(400, f"model {self.model.name} has no video geometry")
-        remote = url.startswith(("http://", "https://"))
-        seen = self._strings.get(blake3.blake3(url.encode()).digest())
-        if seen is not None:  # the same reference string again: no base64 decoding, no hashing
-            return make(self._key(seen[0], url, uuid), *seen[1], remote)
-        if remote:
-            key, info = ("ref", url), REMOTE_VIDEO
-        elif url.startswith("data:video/") or (self.dataset_dir is not None and "://" not in url):
-            try:
-                data = decode_video_url(url) if url.startswith("data:") else \
-                    read_local(url, self.dataset_dir)
-            except DatasetError as exc:
-                raise self.error(400, f"invalid video: {exc}") from None
-            key = ("video", blake3.blake3(data).hexdigest())
-            info = None
-        else:
-            raise self.error(400, "video_url.url must be a data:video/ URL or an http(s) URL")
-        sized = self._memo.get(key)
-        if sized is None:
-            if info is None:
-                try:
-                    v = video_info(data)
-                except DatasetError as exc:
-                    raise self.error(400, f"invalid video: {exc}") from None
-                info = (v.frames, v.fps, v.width, v.height)
-            frames, fps, w, h = info
-            try:
-                cost = video_cost(self.geom, frames, fps, w, h)
-            except ValueError as exc:
-                raise self.error(400, f"video rejected: {exc}") from None
-            sized = self._size(cost.tokens, cost.prompt_tokens, cost.processor_bytes)
-            self._remember(key, sized)
-        if not remote and "://" not in url and not url.startswith("data:"):
-            return make(self._key(key, url, uuid), *sized, remote)  # files may change
-        self._remember_string(url, key, sized)
-        return make(self._key(key, url, uuid), *sized, remote)
+        return url, uuid
 
-    def audio(self, part: dict, make) -> Any:
+    def _video_source(self, url: str, remote: bool) -> tuple[MediaKey, VideoInfo | bytes]:
+        """The video's content key and its bytes (an http(s) URL: its reference and the size
+        assumed for remote videos)."""
+        if remote:
+            return ("ref", url), _REMOTE_INFO
+        local = self.dataset_dir is not None and "://" not in url
+        if not (url.startswith("data:video/") or local):
+            raise self.error(400, "video_url.url must be a data:video/ URL or an http(s) URL")
+        try:
+            if url.startswith("data:") or self.dataset_dir is None:
+                data = decode_video_url(url)
+            else:
+                data = read_local(url, self.dataset_dir)
+        except DatasetError as exc:
+            raise self.error(400, f"invalid video: {exc}") from None
+        return ("video", blake3.blake3(data).hexdigest()), data
+
+    def _video_info(self, data: bytes) -> VideoInfo:
+        try:
+            return video_info(data)
+        except DatasetError as exc:
+            raise self.error(400, f"invalid video: {exc}") from None
+
+    def _video_size(self, info: VideoInfo) -> Sized:
+        if self.geom is None:
+            raise self.error(400, f"model {self.model.name} has no video geometry")
+        try:
+            cost = video_cost(self.geom, info.frames, info.fps, info.width, info.height)
+        except ValueError as exc:
+            raise self.error(400, f"video rejected: {exc}") from None
+        return self._size(cost.tokens, cost.prompt_tokens, cost.processor_bytes)
+
+    def audio(self, part: Mapping[str, Any], make: Make[R]) -> R:
         ia = part.get("input_audio")
         if not isinstance(ia, dict) or not isinstance(ia.get("data"), str) \
                 or not isinstance(ia.get("format"), str):
             raise self.error(400, "input_audio parts need string 'data' and 'format'")
-        fmt = ia["format"].lower()
-        seen = self._strings.get(blake3.blake3((fmt + "," + ia["data"]).encode()).digest())
+        fmt, text = ia["format"].lower(), ia["data"]
+        uuid = part.get("uuid")
+        seen = self._strings.get(_digest(fmt + "," + text))
         if seen is not None:
-            return make(self._key(seen[0], "", part.get("uuid")), *seen[1], False)
+            return make(self._key(seen[0], "", uuid), *seen[1], False)
         try:
-            data = decode_b64(ia["data"], "input_audio.data")
-            key = ("audio", blake3.blake3(data).hexdigest())
+            data = decode_b64(text, "input_audio.data")
+            key: MediaKey = ("audio", blake3.blake3(data).hexdigest())
             sized = self._memo.get(key)
             if sized is None:
-                a = audio_info(data, fmt)
-                tokens = audio_tokens(QWEN2_AUDIO, a.samples, a.sample_rate)
-                sized = self._size(tokens, tokens + QWEN2_AUDIO.marker_tokens,
-                                   audio_processor_bytes(QWEN2_AUDIO, a.samples, a.sample_rate))
+                sized = self._audio_size(audio_info(data, fmt))
                 self._remember(key, sized)
         except DatasetError as exc:
             raise self.error(400, f"invalid audio: {exc}") from None
-        self._remember_string(fmt + "," + ia["data"], key, sized)
-        return make(self._key(key, "", part.get("uuid")), *sized, False)
+        self._remember_string(fmt + "," + text, key, sized)
+        return make(self._key(key, "", uuid), *sized, False)
 
-    def _remember(self, key: tuple, sized: tuple[int, int, int]) -> None:
+    def _audio_size(self, a: AudioInfo) -> Sized:
+        tokens = audio_tokens(QWEN2_AUDIO, a.samples, a.sample_rate)
+        return self._size(tokens, tokens + QWEN2_AUDIO.marker_tokens,
+                          audio_processor_bytes(QWEN2_AUDIO, a.samples, a.sample_rate))
+
+    def _remember(self, key: MediaKey, sized: Sized) -> None:
         if len(self._memo) >= self._memo_size:
             self._memo.clear()
         self._memo[key] = sized
 
-    def _remember_string(self, text: str, key: tuple, sized: tuple[int, int, int]) -> None:
+    def _remember_string(self, text: str, key: MediaKey, sized: Sized) -> None:
         if len(self._strings) >= self._memo_size:
             self._strings.clear()
-        self._strings[blake3.blake3(text.encode()).digest()] = (key, sized)
+        self._strings[_digest(text)] = (key, sized)
+
+
+def _digest(text: str) -> bytes:
+    return blake3.blake3(text.encode()).digest()
 
 
 def read_local(ref: str, folder: Path) -> bytes:
