@@ -16,6 +16,8 @@ event (``completion_flags``, a compiled kernel), one capacity per pass.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -91,23 +93,25 @@ def random_events_kernel(n, k, draws, out):
     return out
 
 
-_RANDOM_EVENTS = None
+_JIT: dict[str, Callable[..., Any]] = {}
+
+
+def _compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` compiled by numba (cached on disk), or ``fn`` itself without numba."""
+    if fn.__name__ not in _JIT:
+        try:
+            import numba
+
+            _JIT[fn.__name__] = numba.njit(cache=True, nogil=True)(fn)
+        except ImportError:  # pragma: no cover
+            _JIT[fn.__name__] = fn
+    return _JIT[fn.__name__]
 
 
 def _random_file_events(num_rows: int, in_flight: int, rng) -> np.ndarray:
-    global _RANDOM_EVENTS
     draws = rng.integers(0, 1 << 62, size=max(num_rows, 1))
     out = np.empty(2 * num_rows, np.int64)
-    fn = random_events_kernel
-    if num_rows > 30_000:
-        if _RANDOM_EVENTS is None:
-            try:
-                import numba
-
-                _RANDOM_EVENTS = numba.njit(cache=True, nogil=True)(random_events_kernel)
-            except ImportError:  # pragma: no cover
-                _RANDOM_EVENTS = random_events_kernel
-        fn = _RANDOM_EVENTS
+    fn = _compiled(random_events_kernel) if num_rows > 30_000 else random_events_kernel
     return fn(num_rows, in_flight, draws, out)
 
 
@@ -185,14 +189,10 @@ def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nx
     return hits
 
 
-_COMPLETION = None
-
-
 def completion_flags(ev: np.ndarray, row_start: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray,
                      capacity: float, oversize: str = "bypass",
                      compiled: bool | None = None) -> np.ndarray:
     """Hit flag per reference under insert-at-completion (numba for long traces by default)."""
-    global _COMPLETION
     m = obj_sizes.size
     args = (ev, row_start, ids, np.asarray(obj_sizes, np.int64), int(min(capacity, 1 << 62)),
             oversize == "flush", np.zeros(ids.size, np.int64), np.full(m, -1, np.int64),
@@ -200,13 +200,6 @@ def completion_flags(ev: np.ndarray, row_start: np.ndarray, ids: np.ndarray, obj
     if compiled is None:
         compiled = ids.size > 30_000
     if compiled:
-        if _COMPLETION is None:
-            try:
-                import numba
-
-                _COMPLETION = numba.njit(cache=True, nogil=True)(completion_kernel)
-            except ImportError:  # pragma: no cover
-                _COMPLETION = completion_kernel
-        return _COMPLETION(*args).astype(bool)
-    args = tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in args)
-    return np.array(completion_kernel(*args), bool)
+        return _compiled(completion_kernel)(*args).astype(bool)
+    return np.array(completion_kernel(*(a.tolist() if isinstance(a, np.ndarray) else a
+                                        for a in args)), bool)

@@ -256,3 +256,21 @@ def plot_curve(a: Analysis, path: Path) -> None:
 def to_json(obj) -> bytes:
     """JSON bytes of a summary (or a list of them)."""
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def render(results: list[tuple[dict, Analysis]], output, note) -> str:
+    """Write ``output``'s --curve / --plot files and return what ``analyze`` prints (the report,
+    the sweep table or JSON); ``note`` gets remarks meant for stderr."""
+    first = results[0][1]
+    if output.curve_path is not None:
+        write_curve(first, output.curve_path)
+        if first.curve_sampled and not output.quiet:
+            note(f"note: with --insert completion the curve is simulated at "
+                 f"{first.curve.capacity.size} capacities, not exact everywhere")
+    if output.plot_path is not None:
+        plot_curve(first, output.plot_path)
+    if output.as_json:
+        doc = first.summary if len(results) == 1 else [
+            {"workload": p, **a.summary} for p, a in results]
+        return to_json(doc).decode()
+    return format_report(first) if len(results) == 1 else format_sweep(results)
