@@ -78,7 +78,8 @@ def format_report(a: Analysis) -> str:
         + (f", {sem['in_flight']} in flight" if sem["in_flight"] else ""),
         f"method                 {sem.get('method', 'one-pass stack curve (exact)')}",
         f"concurrency model      {sem.get('concurrency_model', 'file order')}",
-        f"requests               {s['requests']:,} ({s['requests_with_images']:,} with images)",
+        f"requests               {s['requests']:,} ({s['requests_with_images']:,} with "
+        f"{'items' if 'modalities' in s else 'images'})",
         f"{'item' if 'modalities' in s else 'image'} references"
         f"{'  ' if 'modalities' in s else ' '}      {s['references']:,}{_per(s, 'references')}",
         f"distinct {'items ' if 'modalities' in s else 'images'}        {s['distinct_images']:,} "
@@ -99,7 +100,8 @@ def format_report(a: Analysis) -> str:
     lines += _modality_lines(s, unit)
     lines.append("")
     for t in s["thresholds"]:
-        imgs = "not reached" if t["capacity_images"] is None else f"{t['capacity_images']:,} images"
+        imgs = "not reached" if t["capacity_images"] is None else \
+            f"{t['capacity_images']:,} {'entries' if 'modalities' in s else 'images'}"
         lines.append(f"{100 * t['fraction_of_best']:g} % of best ({t['hits']:,} hits) needs "
                      f"{_size(t['capacity_bytes'], unit)} or {imgs}")
     return "\n".join(lines)
