@@ -177,3 +177,44 @@ def test_generic_model_cannot_size_videos(run_cli, tmp_path):
     path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["pool-video-only"])
     out = run_cli("analyze", path, "--tokens-per-image", "100", "--bytes-per-token", "10")
     assert out.exit_code == 2 and "no video rule" in out.output
+
+
+def test_sessions_in_flight_and_completion_per_modality_equal_the_event_replay(run_cli, tmp_path):
+    """Causal session dispatch with 3 sessions in flight, entries present only after encoding:
+    every modality's hits equal the cache model replayed over the same events."""
+    from mmdatagen.analysis.predict import _dispatched
+
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["sliding-window"][:-4], "--order", "random",
+                "--delivery", "path")
+    trace = trace_from_manifest(read_manifest(path))
+    sem = Semantics(target="dynamo-encode", in_flight=3, dispatch="sessions", orders=1)
+    t = sem.cache()
+    sizes, _ = trace.costs(MODEL, target=t)
+    span = int(sizes[np.unique(trace.ids)].sum())
+    caps = sorted({int(span * f) for f in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.3, 1.01)})
+    a = analyze(trace, MODEL, sem, caps, want_curve=False)
+    ordered, ev = _dispatched(trace, sem, None)
+    replay = Replay(t, ordered, sizes, ev)
+    mods = ordered.modality[ordered.ids]
+    seen = set()
+    for cap, row in zip(caps, a.summary["capacities"]):
+        flags = replay.flags(cap)
+        per = {m: r["hits"] for m, r in row["by_modality"].items()}
+        assert per == {m: int(flags[mods == k].sum()) for k, m in
+                       enumerate(("image", "audio", "video")) if (mods == k).any()}, cap
+        seen.add(int(flags.sum()))
+    assert len(seen) > 2  # the capacities matter
+
+
+def test_curve_file_has_each_modality_at_every_breakpoint(run_cli, tmp_path):
+    path = _gen(run_cli, tmp_path, "d.jsonl", *CASES["pool-zipf"])
+    out = tmp_path / "c.json"
+    doc = json.loads(run_cli("analyze", path, "--cache", "vllm-processor", "--json",
+                             "--cache-size", "0.002,0.005", "--curve", out, "-q").output)
+    curve = json.loads(out.read_bytes())["curve"]
+    for row in doc["capacities"]:
+        k = max(i for i, c in enumerate(curve["capacity_bytes"]) if c <= row["capacity_bytes"])
+        for m, r in row["by_modality"].items():
+            assert curve[f"{m}_hits"][k] == r["hits"] and \
+                curve[f"{m}_tokens_saved"][k] == r["tokens_saved"]
+        assert sum(curve[f"{m}_hits"][k] for m in row["by_modality"]) == curve["hits"][k]

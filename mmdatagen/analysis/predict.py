@@ -80,14 +80,23 @@ class Analysis:
     totals: dict = field(default_factory=dict)
 
     def curve_rows(self) -> dict[str, np.ndarray]:
-        """The curve as columns with rates (every capacity where a count changes)."""
+        """The curve as columns with rates (every capacity where a count changes), and per
+        modality its hits, hit rate, bytes hit and tokens saved on mixed datasets."""
         t = self.totals
         c = self.curve
-        return {"capacity_bytes": c.capacity, "capacity_gib": c.capacity / GIB, "hits": c.hits,
+        rows = {"capacity_bytes": c.capacity, "capacity_gib": c.capacity / GIB, "hits": c.hits,
                 "hit_rate": c.hits / max(t["references"], 1),
                 "byte_hit_rate": c.hit_bytes / max(t["bytes"], 1),
                 "full_request_rate": c.full_requests / max(t["requests_with_images"], 1),
                 "tokens_saved": c.hit_tokens}
+        modal = self.summary.get("modalities", {})
+        cols = c.columns()
+        for m in modal if c.modal is not None else ():
+            rows[f"{m}_hits"] = cols[modal_key(m, "hits")]
+            rows[f"{m}_hit_rate"] = cols[modal_key(m, "hits")] / max(modal[m]["references"], 1)
+            rows[f"{m}_bytes_hit"] = cols[modal_key(m, "hit_bytes")]
+            rows[f"{m}_tokens_saved"] = cols[modal_key(m, "hit_tokens")]
+        return rows
 
 
 class _Points:
