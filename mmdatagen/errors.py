@@ -17,3 +17,6 @@ class SpecError(UserError):
     def __init__(self, name: str, problem: str) -> None:
         self.name, self.problem = name, problem
         super().__init__(f"{name} {problem}")
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, str]]:
+        return type(self), (self.name, self.problem)  # crosses process pools intact

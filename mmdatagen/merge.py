@@ -112,25 +112,39 @@ def check_belong(shards: list[Shard]) -> list[Shard]:
     """Shards sorted by index, or a one-line error when they are not one complete dataset."""
     if not shards:
         raise UserError("no shards to merge")
-    ref = shards[0]
-    count = ref.manifest.shard.num_shards
-    total = ref.manifest.shard.total_lines
-    ref_id = ref.manifest.identity()
     for shard in shards[1:]:
-        other = shard.manifest.identity()
-        for key in sorted(set(ref_id) | set(other)):
-            if ref_id.get(key) == other.get(key):
-                continue
-            what = "version" if key == "mmdatagen_version" else key
-            detail = _first_difference(ref_id.get(key), other.get(key))
-            detail = f" ({detail})" if detail else ""
-            raise UserError(f"{shard.path.name} does not belong with {ref.path.name}: "
-                            f"different {what}{detail}")
-        if shard.manifest.shard.num_shards != count:
-            raise UserError(f"{shard.path.name} is one of {shard.manifest.shard.num_shards} "
-                            f"shards but {ref.path.name} is one of {count}")
-        if shard.manifest.shard.total_lines != total:
-            raise UserError(f"{shard.path.name} does not belong with {ref.path.name}: different total lines")
+        _check_same_dataset(shards[0], shard)
+    ordered = _in_order(shards, shards[0].manifest.shard.num_shards)
+    total = shards[0].manifest.shard.total_lines
+    for k, shard in enumerate(ordered):
+        span = shard_range(total, k, len(ordered))
+        if shard.manifest.shard.lines != (span.start, span.stop):
+            raise UserError(f"{shard.path.name} holds lines {list(shard.manifest.shard.lines)}, "
+                            f"expected [{span.start}, {span.stop}]")
+    return ordered
+
+
+def _check_same_dataset(ref: Shard, shard: Shard) -> None:
+    """Refuse a shard whose parameters, version, shard count or total differ from ``ref``'s."""
+    ref_id, other = ref.manifest.identity(), shard.manifest.identity()
+    for key in sorted(set(ref_id) | set(other)):
+        if ref_id.get(key) == other.get(key):
+            continue
+        what = "version" if key == "mmdatagen_version" else key
+        detail = _first_difference(ref_id.get(key), other.get(key))
+        detail = f" ({detail})" if detail else ""
+        raise UserError(f"{shard.path.name} does not belong with {ref.path.name}: "
+                        f"different {what}{detail}")
+    count = ref.manifest.shard.num_shards
+    if shard.manifest.shard.num_shards != count:
+        raise UserError(f"{shard.path.name} is one of {shard.manifest.shard.num_shards} "
+                        f"shards but {ref.path.name} is one of {count}")
+    if shard.manifest.shard.total_lines != ref.manifest.shard.total_lines:
+        raise UserError(f"{shard.path.name} does not belong with {ref.path.name}: different total lines")
+
+
+def _in_order(shards: list[Shard], count: int) -> list[Shard]:
+    """Shards 0..count-1, each exactly once."""
     seen: dict[int, Shard] = {}
     for shard in shards:
         if shard.index in seen:
@@ -143,13 +157,7 @@ def check_belong(shards: list[Shard]) -> list[Shard]:
         raise UserError(f"missing shard(s) {names} of {count}")
     if len(seen) != count:
         raise UserError(f"expected {count} shards, got {len(seen)}")
-    ordered = [seen[k] for k in range(count)]
-    for k, shard in enumerate(ordered):
-        span = shard_range(total, k, count)
-        if shard.manifest.shard.lines != (span.start, span.stop):
-            raise UserError(f"{shard.path.name} holds lines {list(shard.manifest.shard.lines)}, "
-                            f"expected [{span.start}, {span.stop}]")
-    return ordered
+    return [seen[k] for k in range(count)]
 
 
 def _merge_table(shards: list[Shard]) -> list[ImageEntry]:
@@ -237,7 +245,7 @@ def merge(paths: list[Path], output: Path | None = None, force: bool = False) ->
     """Merge shard files (in any order) into ``output`` (default: the unsharded name) + manifest."""
     if not paths:
         if output is None:
-            raise UserError("give shard files or --output to find them beside")
+            raise UserError("no shard files given and no output to find them beside")
         paths = discover_shards(Path(output))
     shards = check_belong(load_shards([Path(p) for p in paths]))
     target = Path(output) if output is not None else unsharded_path(shards[0].path)

@@ -19,8 +19,11 @@ def merge(shards: tuple[str, ...], output: str | None, quiet: bool, force: bool)
     Refuses shards that do not belong together: different parameters, seed or version, a
     missing or duplicate shard, or a different shard count.
     """
+    from ..errors import UserError
     from ..merge import merge as run_merge
 
+    if not shards and output is None:
+        raise UserError("give shard files, or --output to find its shards beside it")
     result = run_merge([Path(s) for s in shards], Path(output) if output else None, force)
     if not quiet:
         click.echo(f"merged {result.shards} shards, {result.lines} lines", err=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import rng
-from ..errors import UserError
+from ..errors import SpecError, UserError
 
 FORMATS = ("wav", "mp3")
 MIME = {"wav": "audio/wav", "mp3": "audio/mpeg"}
@@ -49,18 +49,18 @@ class AudioStyle:
         if self.fmt not in FORMATS:
             raise UserError(f"unsupported audio format {self.fmt!r}; choose from {', '.join(FORMATS)}")
         if not MIN_RATE <= self.sample_rate <= MAX_RATE:
-            raise UserError(f"--audio-sample-rate must be in {MIN_RATE}..{MAX_RATE} Hz, "
+            raise SpecError("audio_sample_rate", f"must be in {MIN_RATE}..{MAX_RATE} Hz, "
                             f"got {self.sample_rate}")
         if self.fmt == "mp3" and self.sample_rate not in MP3_RATES:
             raise UserError(f"mp3 supports sample rates {', '.join(map(str, MP3_RATES))} Hz, "
                             f"got {self.sample_rate}")
         if self.channels not in (1, 2):
-            raise UserError(f"--audio-channels must be 1 or 2, got {self.channels}")
+            raise SpecError("audio_channels", f"must be 1 or 2, got {self.channels}")
         if not 0 < self.duration <= MAX_SECONDS:
-            raise UserError(f"--audio-duration must be in (0, {MAX_SECONDS:g}] seconds, "
+            raise SpecError("audio_duration", f"must be in (0, {MAX_SECONDS:g}] seconds, "
                             f"got {self.duration}")
         if self.num_samples < 1:
-            raise UserError("--audio-duration is shorter than one sample")
+            raise SpecError("audio_duration", "is shorter than one sample")
 
 
 def samples(seed: int, item_id: int, style: AudioStyle) -> np.ndarray:

@@ -46,11 +46,11 @@ class ImageStyle:
         if self.fmt not in FORMATS:
             raise UserError(f"unknown image format {self.fmt!r}; choose from {', '.join(FORMATS)}")
         if not 1 <= self.quality <= 100:
-            raise UserError(f"--jpeg-quality must be in 1..100, got {self.quality}")
+            raise SpecError("jpeg_quality", f"must be in 1..100, got {self.quality}")
         if self.png_compress_level is not None and not 0 <= self.png_compress_level <= 9:
-            raise UserError("--png-compress-level must be in 0..9")
+            raise SpecError("png_compress_level", "must be in 0..9")
         if self.target_bytes is not None and self.target_bytes <= 0:
-            raise UserError("--target-bytes must be positive")
+            raise SpecError("target_bytes", "must be positive")
         if self.content == "folder":
             folder_files(self.folder)
         if self.content == "hf":
@@ -86,7 +86,7 @@ def _folder_files(folder: str) -> tuple[Path, ...]:
 def hf_images(path: str | None, column: str):
     """The image column of a local Hugging Face dataset (``save_to_disk`` folder), undecoded."""
     if not path:
-        raise UserError("--image-content hf needs --hf-dataset PATH (a save_to_disk folder)")
+        raise SpecError("hf_dataset", "is required for image content 'hf' (a save_to_disk folder)")
     return _hf_images(str(path), column)
 
 
@@ -102,7 +102,7 @@ def _hf_images(path: str, column: str):
     except (FileNotFoundError, ValueError) as exc:
         raise UserError(f"cannot load Hugging Face dataset {path}: {exc}".splitlines()[0]) from None
     if not hasattr(ds, "column_names"):
-        raise UserError(f"{path} is a DatasetDict; point --hf-dataset at one split's folder")
+        raise SpecError("hf_dataset", f"{path} is a DatasetDict: give one split's folder")
     if column not in ds.column_names:
         raise UserError(f"Hugging Face dataset {path} has no column {column!r}; "
                         f"columns: {', '.join(ds.column_names)}")
@@ -220,13 +220,13 @@ def _pad(data: bytes, fmt: str, target: int) -> bytes:
         return data
     if fmt == "png":
         if extra < 12:
-            raise UserError(f"--target-bytes {target} cannot be reached exactly (PNG is {len(data)} bytes)")
+            raise SpecError("target_bytes", f"{target} cannot be reached exactly (PNG is {len(data)} bytes)")
         end = len(data) - 12  # before IEND
         return data[:end] + png_chunk(b"mmPd", bytes(extra - 12)) + data[end:]
     segments = []
     while extra > 0:  # JPEG COM segments right after SOI: 4 header bytes + up to 65533 payload
         if extra < 4:
-            raise UserError(f"--target-bytes {target} cannot be reached exactly (JPEG is {len(data)} bytes)")
+            raise SpecError("target_bytes", f"{target} cannot be reached exactly (JPEG is {len(data)} bytes)")
         take = min(extra, 65537)
         if 0 < extra - take < 4:
             take -= 4
@@ -294,6 +294,6 @@ class ImageFactory:
             if best is not None:
                 data = best
         if len(data) > target:
-            raise UserError(f"--target-bytes {target} is smaller than image {image_id} can be "
+            raise SpecError("target_bytes", f"{target} is smaller than image {image_id} can be "
                             f"encoded ({len(data)} bytes as {style.fmt})")
         return _pad(data, style.fmt, target)

@@ -11,7 +11,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import rng
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from .tokenizers import Tokenizer
 
 INSTRUCTIONS = (
@@ -53,9 +53,9 @@ class TextEngine:
 
     def __init__(self, tokenizer: Tokenizer, tokens: int, seed: int, prefix_tokens: int = 0) -> None:
         if tokens < 0:
-            raise UserError(f"--text-tokens must be zero or positive, got {tokens}")
+            raise SpecError("text_tokens", f"must be zero or positive, got {tokens}")
         if not 0 <= prefix_tokens <= tokens:
-            raise UserError(f"--shared-prefix-tokens must be in 0..{tokens} (the text length)")
+            raise SpecError("shared_prefix_tokens", f"must be in 0..{tokens} (the text length)")
         self.tok, self.tokens, self.seed = tokenizer, tokens, seed
         self.prefix_tokens = prefix_tokens
         self._prefix: str | None = None

@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 
 from .. import rng
-from ..errors import UserError
+from ..errors import SpecError, UserError
 
 # codec name -> FFmpeg encoder; container -> codecs it may hold
 ENCODERS = {"h264": "libx264", "hevc": "libx265", "vp9": "libvpx-vp9", "vp8": "libvpx"}
@@ -78,30 +78,38 @@ class VideoStyle:
         return self.container
 
     def validate(self) -> None:
+        self._validate_encoding()
+        self._validate_timing()
+
+    def _validate_encoding(self) -> None:
         if self.container not in CONTAINERS:
-            raise UserError(f"unsupported video container {self.container!r}; choose from "
-                            f"{', '.join(CONTAINERS)}")
+            raise SpecError("video_format", f"must be one of {', '.join(CONTAINERS)}, got "
+                            f"{self.container!r}")
         codec = self.codec_name
         if codec not in ENCODERS:
-            raise UserError(f"unsupported video codec {codec!r}; choose from {', '.join(ENCODERS)}")
+            raise SpecError("video_codec", f"must be one of {', '.join(ENCODERS)}, got {codec!r}")
         if codec not in CONTAINERS[self.container]:
             raise UserError(f"a {self.container} container cannot hold {codec}; use "
                             f"{' or '.join(CONTAINERS[self.container])}")
         if self.content not in CONTENTS:
-            raise UserError(f"unknown video content {self.content!r}; choose from {', '.join(CONTENTS)}")
+            raise SpecError("video_content", f"must be one of {', '.join(CONTENTS)}, got "
+                            f"{self.content!r}")
+        if ENCODERS[codec] not in _available_encoders():
+            raise UserError(f"this FFmpeg build has no {ENCODERS[codec]} encoder for {codec}")
+
+    def _validate_timing(self) -> None:
         if not (self.fps > 0) or self.fps > MAX_FPS:
-            raise UserError(f"--video-fps must be in (0, {MAX_FPS:g}], got {self.fps}")
+            raise SpecError("video_fps", f"must be in (0, {MAX_FPS:g}], got {self.fps}")
         if self.duration is not None and not (self.duration > 0):
-            raise UserError(f"--video-duration must be positive, got {self.duration}")
+            raise SpecError("video_duration", f"must be positive, got {self.duration}")
         frames = self.num_frames
+        if frames < 1 and self.duration is not None:
+            raise SpecError("video_duration", f"is too short: {self.duration:g} s at "
+                            f"{self.fps:g} fps makes {frames} frames (a video needs one)")
         if frames < 1:
-            raise UserError(f"a video needs at least one frame (got {frames}: "
-                            "raise --video-frames, --video-duration or --video-fps)")
+            raise SpecError("video_frames", f"must be at least 1, got {frames}")
         if frames > MAX_FRAMES:
             raise UserError(f"{frames} frames per video is more than {MAX_FRAMES}")
-        available = _available_encoders()
-        if ENCODERS[codec] not in available:
-            raise UserError(f"this FFmpeg build has no {ENCODERS[codec]} encoder for {codec}")
 
 
 def _available_encoders() -> frozenset[str]:

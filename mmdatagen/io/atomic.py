@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 
 
 def _umask() -> int:
@@ -60,7 +60,7 @@ def check_target(path: Path, force: bool, longest_suffix: str = "") -> None:
     path = Path(path)
     check_path_text(path)
     if path.exists() and not force:
-        raise UserError(f"{path} exists; pass --force to overwrite")
+        raise SpecError("force", f"is needed: {path} exists")
     if path.is_dir():
         raise UserError(f"{path} is a directory")
     parent = _parent(path)
@@ -164,7 +164,7 @@ def staged_dir(final: Path, force: bool) -> Iterator[Path]:
     if final.exists() and not final.is_dir():
         raise UserError(f"{final} exists and is not a folder")
     if final.exists() and not force and any(final.iterdir()):
-        raise UserError(f"image folder {final} exists; pass --force to replace it")
+        raise SpecError("force", f"is needed: image folder {final} exists")
     parent = _parent(final)
     try:
         parent.mkdir(parents=True, exist_ok=True)

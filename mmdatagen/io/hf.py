@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from .manifest import read_manifest
 from .readers import iter_objects
 from .rows import session_object, turn_object
@@ -47,7 +47,7 @@ def check_targets(jsonl: Path, parquet: bool, force: bool) -> list[Path]:
         raise UserError(f"{paths[1]} is a directory")
     for path in paths:
         if path.exists() and not force:
-            raise UserError(f"{path} exists; pass --force to overwrite")
+            raise SpecError("force", f"is needed: {path} exists")
     return paths
 
 
@@ -101,31 +101,33 @@ def _examples(jsonl: str, image_dir: str | None) -> Iterator[dict[str, Any]]:
     manifest = read_manifest(Path(jsonl), verify=False)  # checked once in build_dataset
     if manifest is None:
         raise UserError(f"{jsonl} has no manifest; the HF writer converts mmdatagen outputs")
-    ids = manifest.rows
-    media = manifest.media or {}
     row = 0
     for line, obj in iter_objects(Path(jsonl)):
-        turns = obj["turns"] if "turns" in obj else [obj]
-        for t, turn in enumerate(turns):
+        multi = "turns" in obj
+        for t, turn in enumerate(obj["turns"] if multi else [obj]):
             refs = turn.get("images", [])
             example = {
-                "line": line, "turn": t if "turns" in obj else None,
+                "line": line, "turn": t if multi else None,
                 "session_id": obj.get("session_id"), "text": turn.get("text", ""),
                 "images": [{"bytes": _image_bytes(r, folder), "path": None} for r in refs],
                 "image_refs": [None if r.startswith("data:") else r for r in refs],
-                "image_ids": ids[row], "image_uuids": turn.get("image_uuids"),
+                "image_ids": manifest.rows[row], "image_uuids": turn.get("image_uuids"),
                 "output_length": turn.get("output_length"),
             }
-            for modality, section in media.items():
-                mrefs = turn.get(modality + "s", [])
-                got = [_media_bytes(r, folder) for r in mrefs]
-                example[modality + "s"] = [{"bytes": b, "path": None} for b, _ in got] \
-                    if modality == "video" else [b for b, _ in got]
-                example[modality + "_refs"] = [p if p is not None else r
-                                               for (_, p), r in zip(got, mrefs)]
+            for modality, section in (manifest.media or {}).items():
+                example.update(_media_fields(modality, turn.get(modality + "s", []), folder))
                 example[modality + "_ids"] = section.rows[row]
             yield example
             row += 1
+
+
+def _media_fields(modality: str, refs: list[str], folder: Path | None) -> dict[str, Any]:
+    """A turn's videos (Video-like {bytes, path}) or audios (bytes), and their references."""
+    got = [_media_bytes(r, folder) for r in refs]
+    items: list[Any] = ([{"bytes": b, "path": None} for b, _ in got] if modality == "video"
+                        else [b for b, _ in got])
+    return {modality + "s": items,
+            modality + "_refs": [p if p is not None else r for (_, p), r in zip(got, refs)]}
 
 
 def build_dataset(jsonl: Path, image_dir: Path | None, work: Path):

@@ -106,13 +106,9 @@ def parse_turn(obj: dict, where: str) -> Turn:
     """Normalise one single_turn object (or one entry of ``turns``)."""
     texts = _plural(obj, "text", "texts", where)
     images = _plural(obj, "image", "images", where)
-    uuids = obj.get("image_uuids")
+    uuids = _image_uuids(obj, images, where)
     audios = _plural(obj, "audio", "audios", where)
     videos = _plural(obj, "video", "videos", where)
-    if uuids is not None and not isinstance(uuids, list):
-        raise DatasetError(f"{where}: 'image_uuids' must be a list")
-    if uuids is not None and images and len(uuids) != len(images):
-        raise DatasetError(f"{where}: 'image_uuids' has {len(uuids)} entries for {len(images)} images")
     if not (texts or images or uuids or audios or videos):
         raise DatasetError(f"{where}: a row needs at least one of text, image, audio or video")
     for item in texts + images:
@@ -129,6 +125,15 @@ def parse_turn(obj: dict, where: str) -> Turn:
                 session_id=None if sid is None else str(sid), output_length=out_len,
                 delay_ms=obj.get("delay"), timestamp_ms=obj.get("timestamp"),
                 role=obj.get("role"), extra=extra, audios=audios, videos=videos)
+
+
+def _image_uuids(obj: dict, images: list, where: str) -> list | None:
+    uuids = obj.get("image_uuids")
+    if uuids is not None and not isinstance(uuids, list):
+        raise DatasetError(f"{where}: 'image_uuids' must be a list")
+    if uuids is not None and images and len(uuids) != len(images):
+        raise DatasetError(f"{where}: 'image_uuids' has {len(uuids)} entries for {len(images)} images")
+    return uuids
 
 
 def iter_turns(path: Path, fmt: str = "auto") -> Iterator[Turn]:

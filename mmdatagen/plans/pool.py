@@ -93,6 +93,22 @@ def _check_pool(name: str, per_request: int, pool_size: int | None) -> None:
                         f"({pool_size}); a row never repeats an {item}")
 
 
+def _pool_sizes(num_requests: int, per_request: dict[str, int], target_reuse: float | None,
+                given: dict[str, int | None]) -> dict[str, int]:
+    """Pool size per modality ("" for images): as given, derived from ``target_reuse``, and
+    videos' and audios' defaulting to the image pool's."""
+    sizes = dict(given)
+    if target_reuse is not None:
+        sizes[""] = pool_size_for_reuse(num_requests, max(1, per_request[""]), target_reuse)
+        for m in ("video", "audio"):
+            if per_request[m] and sizes[m] is None:
+                sizes[m] = pool_size_for_reuse(num_requests, per_request[m], target_reuse)
+    images = sizes[""]
+    if images is None:
+        raise SpecError("pool_size", "is required when no target reuse is given")
+    return {m: images if size is None else size for m, size in sizes.items()}
+
+
 def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_request: int = 1,
               reuse: str = "first-pass-unique", zipf_exponent: float = 1.0,
               target_reuse: float | None = None, image_size: str | list = "640x480",
@@ -106,39 +122,32 @@ def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_
     """
     check_counts(images_per_request=images_per_request, videos_per_request=videos_per_request,
                  audios_per_request=audios_per_request)
-    if target_reuse is not None:
-        pool_size = pool_size_for_reuse(num_requests, max(1, images_per_request), target_reuse)
-        if videos_per_request and video_pool_size is None:
-            video_pool_size = pool_size_for_reuse(num_requests, videos_per_request, target_reuse)
-        if audios_per_request and audio_pool_size is None:
-            audio_pool_size = pool_size_for_reuse(num_requests, audios_per_request, target_reuse)
-    if pool_size is None:
-        raise SpecError("pool_size", "is required (or --target-reuse)")
-    require_positive(num_requests=num_requests, pool_size=pool_size)
-    video_pool: int = pool_size if video_pool_size is None else video_pool_size
-    audio_pool: int = pool_size if audio_pool_size is None else audio_pool_size
-    _check_pool("", images_per_request, pool_size)
-    _check_pool("video-", videos_per_request, video_pool)
-    _check_pool("audio-", audios_per_request, audio_pool)
+    per_request = {"": images_per_request, "video": videos_per_request,
+                   "audio": audios_per_request}
+    pools = _pool_sizes(num_requests, per_request, target_reuse,
+                        {"": pool_size, "video": video_pool_size, "audio": audio_pool_size})
+    require_positive(num_requests=num_requests, pool_size=pools[""])
+    for name, k in per_request.items():
+        _check_pool(name + "-" if name else "", k, pools[name])
     if reuse not in REUSE_PATTERNS:
         raise UserError(f"unknown reuse pattern {reuse!r}; choose from {', '.join(REUSE_PATTERNS)}")
     if reuse == "zipf" and not 0 < zipf_exponent < float("inf"):
         raise SpecError("zipf_exponent", "must be a positive finite number")
-    n, k, rows = pool_size, images_per_request, num_requests
+    n, k, rows = pools[""], images_per_request, num_requests
     ids = pool_ids(rng.rng_for(seed, rng.PLAN), rows, n, k, reuse, zipf_exponent)
     widths, heights = assign_sizes(n if k else 0, parse_sizes(image_size), seed)
     params = dict(num_requests=rows, pool_size=n, images_per_request=k, reuse=reuse,
                   zipf_exponent=zipf_exponent if reuse == "zipf" else None, seed=seed)
-    media = {}
+    media: dict[str, MediaPlan] = {}
     if videos_per_request:
-        vids = pool_ids(rng.rng_for(seed, rng.VIDEO_PLAN), rows, video_pool,
+        vids = pool_ids(rng.rng_for(seed, rng.VIDEO_PLAN), rows, pools["video"],
                         videos_per_request, reuse, zipf_exponent)
-        media["video"] = video_media(vids, video_pool, video_size, seed)
-        params.update(videos_per_request=videos_per_request, video_pool_size=video_pool)
+        media["video"] = video_media(vids, pools["video"], video_size, seed)
+        params.update(videos_per_request=videos_per_request, video_pool_size=pools["video"])
     if audios_per_request:
-        auds = pool_ids(rng.rng_for(seed, rng.AUDIO_PLAN), rows, audio_pool,
+        auds = pool_ids(rng.rng_for(seed, rng.AUDIO_PLAN), rows, pools["audio"],
                         audios_per_request, reuse, zipf_exponent)
-        media["audio"] = MediaPlan("audio", auds, audio_pool)
-        params.update(audios_per_request=audios_per_request, audio_pool_size=audio_pool)
+        media["audio"] = MediaPlan("audio", auds, pools["audio"])
+        params.update(audios_per_request=audios_per_request, audio_pool_size=pools["audio"])
     return Plan(kind="pool", image_ids=ids, widths=widths, heights=heights,
                 text_keys=np.arange(rows, dtype=np.int64), params=params, media=media)
