@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
+
+from ..spec.cli import make, options
+from ..spec.merge import MergeOutput
 
 
 @click.command()
 @click.argument("shards", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Merged JSONL (default: the shard name without .shard-K-of-N). Given alone, "
-                   "its shards are found beside it.")
-@click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
-@click.option("--force", "-f", is_flag=True, help="Overwrite an existing merged output.")
-def merge(shards: tuple[str, ...], output: str | None, quiet: bool, force: bool) -> None:
+@options(MergeOutput)
+def merge(shards: tuple[str, ...], **values: Any) -> None:
     """Join shards (JSONL and manifests) into exactly the bytes one unsharded run writes.
 
     Refuses shards that do not belong together: different parameters, seed or version, a
@@ -22,9 +22,11 @@ def merge(shards: tuple[str, ...], output: str | None, quiet: bool, force: bool)
     from ..errors import UserError
     from ..merge import merge as run_merge
 
-    if not shards and output is None:
+    out = make(MergeOutput, values)
+    if not shards and out.output is None:
         raise UserError("give shard files, or --output to find its shards beside it")
-    result = run_merge([Path(s) for s in shards], Path(output) if output else None, force)
-    if not quiet:
+    result = run_merge([Path(s) for s in shards], Path(out.output) if out.output else None,
+                       out.force)
+    if not out.quiet:
         click.echo(f"merged {result.shards} shards, {result.lines} lines", err=True)
     click.echo(str(result.path))

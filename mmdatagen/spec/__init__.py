@@ -2,9 +2,10 @@
 
 - ``base``: the machinery (:func:`option`, :func:`spec`, :func:`validate`, :class:`SpecError`).
 - ``cli``: Click options generated from specs, ``--config`` presets, flag-named errors.
-- ``workload``, ``content``: the generators; ``load``: ``bench``/``ab``; ``sweep``: the grid
-  and target of ``sweep``; ``report``: ``--no-report``/``--png``; ``sim``: ``serve`` and
-  ``simulate``; ``cache``: cache capacity and keying (owned by the lead engineer).
+- ``workload``, ``content``: the generators; ``merge``: ``merge``'s output; ``load``:
+  ``bench``/``ab``; ``sweep``: the grid and target of ``sweep``; ``report``:
+  ``--no-report``/``--png``; ``sim``: ``serve`` and ``simulate``; ``cache``: cache capacity and
+  keying (owned by the lead engineer).
 
 Library code takes the frozen dataclasses; only ``cli`` imports Click.
 """
