@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ..errors import SpecError, UserError
-from .manifest import read_manifest
+from .manifest import manifest_path, read_manifest
 from .readers import iter_objects
 from .rows import session_object, turn_object
 
@@ -137,8 +137,9 @@ def build_dataset(jsonl: Path, image_dir: Path | None, work: Path):
     manifest = read_manifest(jsonl)
     if manifest is None:
         raise UserError(f"{jsonl} has no manifest; the HF writer converts mmdatagen outputs")
-    full = manifest.to_dict()
-    summary = {k: full[k] for k in ("mmdatagen_version", "kind", "format", "params", "seed", "shard")}
+    summary = {"mmdatagen_version": manifest.mmdatagen_version, "kind": manifest.kind,
+               "format": manifest.format, "params": manifest.params, "seed": manifest.seed,
+               "shard": manifest.shard.as_dict()}
     return Dataset.from_generator(
         _examples, features=features(tuple(manifest.media or ())), cache_dir=str(work),
         gen_kwargs={"jsonl": str(jsonl), "image_dir": str(image_dir) if image_dir else None},
@@ -158,7 +159,7 @@ def write_hf(jsonl: Path, image_dir: Path | None, parquet: bool = False,
         ds = build_dataset(jsonl, image_dir, Path(tmp) / "cache")
         staged = Path(tmp) / "out"
         ds.save_to_disk(str(staged))
-        (staged / MANIFEST_NAME).write_bytes(Path(str(jsonl) + ".manifest.json").read_bytes())
+        (staged / MANIFEST_NAME).write_bytes(manifest_path(jsonl).read_bytes())
         if parquet:
             part = Path(tmp) / "data.parquet"
             ds.to_parquet(str(part))
