@@ -218,3 +218,27 @@ def test_curve_file_has_each_modality_at_every_breakpoint(run_cli, tmp_path):
             assert curve[f"{m}_hits"][k] == r["hits"] and \
                 curve[f"{m}_tokens_saved"][k] == r["tokens_saved"]
         assert sum(curve[f"{m}_hits"][k] for m in row["by_modality"]) == curve["hits"][k]
+
+
+@pytest.mark.parametrize("kind,plan_args", [
+    ("pool", ["--num-requests", "40", "--pool-size", "6", "--reuse", "zipf", "--videos-per-request", "1",
+              "--audios-per-request", "2", "--video-pool-size", "4"]),
+    ("sliding-window", ["--users", "3", "--turns", "4", "--window", "2", "--videos-per-request",
+                        "1", "--audios-per-request", "1"]),
+])
+def test_workload_plan_equals_the_dataset_it_generates(run_cli, tmp_path, kind, plan_args):
+    """``--workload`` with videos and audio predicts what the generated dataset's manifest
+    predicts: same items, same sizes, same hits."""
+    sizing = ["--image-size", "32x24", "--video-size", "64x48", "--video-frames", "4",
+              "--audio-duration", "0.25"]
+    path = _gen(run_cli, tmp_path, "d.jsonl", kind, *plan_args, "--delivery", "path")
+    common = ["--cache", "vllm-processor", "--cache-size", "0.001,0.004,1", "--json"]
+    from_dataset = json.loads(run_cli("analyze", path, *common).output)
+    from_plan = json.loads(run_cli("analyze", "--workload", kind, *plan_args, *sizing,
+                                   *common).output)
+    for key in ("references", "distinct_images", "distinct_bytes", "best", "capacities",
+                "modalities", "thresholds"):
+        assert from_plan[key] == from_dataset[key], key
+    assert set(from_plan["modalities"]) == {"image", "audio", "video"}
+    bad = run_cli("analyze", path, "--video-frames", "4")
+    assert bad.exit_code == 2 and "--video-frames applies to --workload" in bad.output

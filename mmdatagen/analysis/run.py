@@ -26,10 +26,12 @@ POOL_DEFAULTS = {"num_requests": 1000, "pool_size": 200, "images_per_request": 1
                  "image_size": "640x480", "seed": 0, "reuse": "first-pass-unique"}
 SW_DEFAULTS = {"users": 30, "turns": 8, "window": 5, "stride": 1, "image_size": "2400x1080",
                "seed": 0, "order": "turn-major"}
+MEDIA_AXES = {"videos_per_request": int, "audios_per_request": int}
 POOL_AXES = {"num_requests": int, "pool_size": int, "images_per_request": int,
-             "zipf_exponent": float, "target_reuse": float, "seed": int}
+             "zipf_exponent": float, "target_reuse": float, "seed": int, **MEDIA_AXES,
+             "video_pool_size": int, "audio_pool_size": int}
 SW_AXES = {"users": int, "turns": int, "window": int, "stride": int, "shared_fraction": float,
-           "seed": int}
+           "seed": int, **MEDIA_AXES}
 
 
 @dataclasses.dataclass
@@ -58,10 +60,10 @@ def run_request(req: AnalyzeRequest) -> list[Result]:
         trace = dataset_trace(req)
         return [({}, run(trace))]
     results: list[Result] = []
-    for params, plan in plans(req.source.workload or "", req.axes):
+    for params, plan in plans(req.source.workload or "", req.axes, req.media.video_size):
         if results and run.want_curve:
             raise UserError("--curve and --plot take a single workload, not a sweep")
-        trace = _plan_trace(plan, req.source.preset)
+        trace = _plan_trace(plan, req)
         results.append((params, run(trace)))
     return results
 
@@ -140,35 +142,45 @@ def _progress(total: int | None, quiet: bool) -> Any:
                 leave=False)
 
 
-def _plan_trace(plan: Plan, preset: str | None) -> Trace:
+def _plan_trace(plan: Plan, req: AnalyzeRequest) -> Trace:
     from .trace import trace_from_plan
 
-    trace = trace_from_plan(plan)
-    if preset:
-        trace.source = f"{trace.source} of preset {preset}"
+    styles, _ = req.media.styles(plan.media)
+    trace = trace_from_plan(plan, styles)
+    if req.source.preset:
+        trace.source = f"{trace.source} of preset {req.source.preset}"
     return trace
 
 
-def plans(workload: str, axes: PlanAxes) -> Iterator[tuple[dict, Plan]]:
+def plans(workload: str, axes: PlanAxes, video_size: str | None = None
+          ) -> Iterator[tuple[dict, Plan]]:
     """Every plan of the sweep (cartesian product of multi-valued parameters), one at a time,
     each checked by the generators' own spec (ranges, conflicts, sizes)."""
     from ..plans import pool_plan, sliding_window_plan
 
     pool = workload == "pool"
-    wrong = [k for k in (SW_ONLY if pool else POOL_ONLY) if getattr(axes, k)]
-    if wrong:
-        raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --workload {workload}")
     grid = _grid(axes, POOL_AXES if pool else SW_AXES, POOL_DEFAULTS if pool else SW_DEFAULTS)
     swept = [k for k, v in grid.items() if len(v) > 1]
-    fixed = {"reuse": axes.reuse or POOL_DEFAULTS["reuse"]} if pool else \
-        {"order": axes.order or SW_DEFAULTS["order"]}
+    fixed = _fixed(workload, axes)
     make_plan: Callable[..., Plan] = pool_plan if pool else sliding_window_plan
     for combo in itertools.product(*grid.values()):
         args = dict(zip(grid, combo))
         if args.get("target_reuse") is not None and not axes.pool_size:
             args.pop("pool_size", None)
         _check_plan(PoolWorkload if pool else SlidingWindowWorkload, {**args, **fixed})
-        yield {k: args[k] for k in swept}, make_plan(**args, **fixed)
+        sizing = {"video_size": video_size} if video_size else {}
+        yield {k: args[k] for k in swept}, make_plan(**args, **fixed, **sizing)
+
+
+def _fixed(workload: str, axes: PlanAxes) -> dict[str, Any]:
+    """The workload's row rule (reuse or order); parameters of the other workload refused."""
+    pool = workload == "pool"
+    wrong = [k for k in (SW_ONLY if pool else POOL_ONLY) if getattr(axes, k)]
+    if wrong:
+        raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --workload {workload}")
+    if pool:
+        return {"reuse": axes.reuse or POOL_DEFAULTS["reuse"]}
+    return {"order": axes.order or SW_DEFAULTS["order"]}
 
 
 def _grid(axes: PlanAxes, kinds: dict[str, type], defaults: dict[str, Any]) -> dict[str, list]:

@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -129,14 +130,42 @@ def _build(row_refs: list[list[int]], widths, heights, sessions: list | None, so
                  np.asarray(widths, np.int64), np.asarray(heights, np.int64), sess, source, info)
 
 
-def trace_from_plan(plan) -> Trace:
-    """A plan's references in file order (every plan image id is one distinct picture)."""
+def trace_from_plan(plan, styles: dict | None = None) -> Trace:
+    """A plan's references in file order (every plan image id is one distinct picture); its
+    videos and audio clips (``plan.media``) after the images, sized by ``styles`` (the
+    generator's ``VideoStyle`` / ``AudioStyle``: frames, fps, samples, sample rate)."""
     rows, k = plan.image_ids.shape
     sessions = None if plan.sessions is None else plan.sessions.astype(np.int64)
-    return Trace(plan.image_ids.reshape(-1).astype(np.int64),
-                 np.repeat(np.arange(rows), k), rows, plan.widths.astype(np.int64),
-                 plan.heights.astype(np.int64), sessions, f"{plan.kind} plan",
-                 {"kind": plan.kind, "params": dict(plan.params), "key_mode": "image id (plan)"})
+    info = {"kind": plan.kind, "params": dict(plan.params), "key_mode": "image id (plan)"}
+    if not plan.media:
+        return Trace(plan.image_ids.reshape(-1).astype(np.int64), np.repeat(np.arange(rows), k),
+                     rows, plan.widths.astype(np.int64), plan.heights.astype(np.int64),
+                     sessions, f"{plan.kind} plan", info)
+    table = _MediaTable(plan.num_images)
+    widths, heights = [int(x) for x in plan.widths], [int(x) for x in plan.heights]
+    row_refs = [[int(x) for x in r] for r in plan.image_ids]
+    for code, name in ((1, "audio"), (2, "video")):
+        m = plan.media.get(name)
+        if m is not None:
+            table.add(code, name, _plan_section(m, (styles or {}).get(name)), row_refs, "plan")
+    info["key_mode"] = "item id (plan)"
+    trace = _build(row_refs, widths + table.widths, heights + table.heights,
+                   None if sessions is None else sessions.tolist(), f"{plan.kind} plan", info)
+    trace.modality, trace.media = table.arrays()
+    return trace
+
+
+def _plan_section(m, style) -> SimpleNamespace:
+    """A plan's MediaPlan shaped as a manifest media section (items with their sizing values)."""
+    items = []
+    for i in range(m.num_items):
+        if m.modality == "video":
+            items.append(SimpleNamespace(id=i, width=int(m.widths[i]), height=int(m.heights[i]),
+                                         frames=style.num_frames, fps=style.fps))
+        else:
+            items.append(SimpleNamespace(id=i, samples=style.num_samples,
+                                         sample_rate=style.sample_rate))
+    return SimpleNamespace(items=items, rows=m.ids.tolist())
 
 
 def trace_from_manifest(manifest: Manifest, source: str = "manifest") -> Trace:
@@ -179,7 +208,7 @@ class _MediaTable:
         self.widths: list[int] = []
         self.heights: list[int] = []
 
-    def add(self, code: int, name: str, section: MediaSection, rows: list[list[int]],
+    def add(self, code: int, name: str, section: MediaSection | SimpleNamespace, rows: list[list[int]],
             source: str) -> None:
         base = len(self.codes)
         index = {}

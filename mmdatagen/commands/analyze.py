@@ -7,15 +7,24 @@ from typing import Any
 import click
 
 from ..errors import SpecError
-from ..spec.analyze import AnalyzeCache, AnalyzeOutput, AnalyzeRequest, AnalyzeSource, PlanAxes
+from ..spec.analyze import (
+    MEDIA_SIZING,
+    AnalyzeCache,
+    AnalyzeOutput,
+    AnalyzeRequest,
+    AnalyzeSource,
+    PlanAxes,
+)
 from ..spec.base import for_cli
 from ..spec.cache import AnalyzeModel, Geometry
 from ..spec.cli import options
+from ..spec.content import Media
 
 
 @click.command(context_settings={"max_content_width": 100})
 @click.argument("dataset", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @options(AnalyzeCache, AnalyzeModel, Geometry, AnalyzeSource, PlanAxes, AnalyzeOutput)
+@options(Media, only=MEDIA_SIZING)
 def analyze(dataset: Path | None, **values: Any) -> None:
     """Predict embedding-cache hit rates for every cache size.
 

@@ -14,13 +14,19 @@ from ..errors import SpecError, UserError
 from .base import build, option, spec
 from .cache import KEY_MODES, AnalyzeModel, Geometry
 from .common import quiet
+from .content import Media
 from .workload import REUSE_MODES, ROW_ORDERS
 
 Workload = Literal["pool", "sliding-window"]
 MAX_VALUES = 100_000
-POOL_ONLY = ("num_requests", "pool_size", "images_per_request", "zipf_exponent", "target_reuse")
+POOL_ONLY = ("num_requests", "pool_size", "images_per_request", "zipf_exponent", "target_reuse",
+             "video_pool_size", "audio_pool_size")
 SW_ONLY = ("users", "turns", "window", "stride", "shared_fraction")
-PLAN_AXES = (*POOL_ONLY, *SW_ONLY, "image_size", "seed")
+PLAN_AXES = (*POOL_ONLY, *SW_ONLY, "videos_per_request", "audios_per_request", "image_size",
+             "seed")
+#: The ``Media`` options that size a plan's videos and audio clips.
+MEDIA_SIZING = ("video_size", "video_frames", "video_duration", "video_fps", "audio_sample_rate",
+                "audio_duration")
 LIST_HELP = "; repeat, list (1,4,10) or range start:stop[:step] (inclusive)."
 
 
@@ -103,6 +109,15 @@ class PlanAxes:
                                              "window slots common to all users [0].")
     order: str | None = option(None, "--order", "sliding-window: row order [turn-major].",
                                choices=ROW_ORDERS)
+    videos_per_request: tuple[str, ...] = _list("--videos-per-request", "Videos per request "
+                                                "(pool: own pool; sliding-window: own window) "
+                                                "[0].")
+    audios_per_request: tuple[str, ...] = _list("--audios-per-request", "Audio clips per "
+                                                "request [0].")
+    video_pool_size: tuple[str, ...] = _list("--video-pool-size", "pool: distinct videos "
+                                             "[--pool-size].")
+    audio_pool_size: tuple[str, ...] = _list("--audio-pool-size", "pool: distinct audio clips "
+                                             "[--pool-size].")
     image_size: tuple[str, ...] = _list("--image-size", "Workload image size WxH or weighted "
                                         "list [pool 640x480, sliding-window 2400x1080]; repeat "
                                         "to sweep.", "WxH")
@@ -142,13 +157,14 @@ class AnalyzeRequest:
     source: AnalyzeSource
     axes: PlanAxes
     output: AnalyzeOutput
+    media: Media
 
     @classmethod
     def of(cls, dataset: Path | None, values: Mapping[str, Any]) -> AnalyzeRequest:
         """Every part built and validated from one mapping of option values."""
         req = cls(dataset, build(AnalyzeCache, values), build(AnalyzeModel, values),
                   build(Geometry, values), build(AnalyzeSource, values), build(PlanAxes, values),
-                  build(AnalyzeOutput, values))
+                  build(AnalyzeOutput, values), build(Media, values))
         req.check()
         return req
 
@@ -156,8 +172,9 @@ class AnalyzeRequest:
         m = self.model
         if (m.tokens_per_image is None) != (m.bytes_per_token is None):
             raise SpecError("tokens_per_image", "and --bytes-per-token go together")
-        if self.dataset is not None and self.axes.given():
-            raise SpecError(self.axes.given()[0], "applies to --workload, not to a dataset")
+        given = self.axes.given() + [k for k in MEDIA_SIZING if getattr(self.media, k) is not None]
+        if self.dataset is not None and given:
+            raise SpecError(given[0], "applies to --workload, not to a dataset")
 
 
 def numbers(values: tuple[str, ...], kind: type, name: str) -> list:
