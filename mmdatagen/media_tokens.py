@@ -6,10 +6,14 @@ can plug them in. Sources of the rules (checked against the code, not copied):
 
 - Qwen2-VL / Qwen2.5-VL videos: transformers ``Qwen2VLVideoProcessor`` -- every frame is
   resized by the image rule (``smart_resize`` with the factor patch x merge and *per-frame*
-  min/max pixels), frames are padded to a multiple of the temporal patch (2) by repeating the
+  min/max pixels: the video processor's own, which a checkpoint may set apart from the image
+  processor's), frames are padded to a multiple of the temporal patch (2) by repeating the
   last one, grid = (ceil(frames / 2), H / patch, W / patch), tokens = grid product / merge^2.
-  vLLM's default ``opencv`` video loader hands the processor at most 32 uniformly spaced
-  frames (``VideoMediaIO(num_frames=32)``; ``--media-io-kwargs`` changes it).
+  vLLM 0.32 loads their clips with its ``qwen2_vl`` loader (``Qwen2VLVideoBackend``, picked for
+  ``Qwen2VLVideoProcessor``): ``n = total / source_fps * 2`` frames, clamped to at least 4 and
+  at most ``min(768, total)`` floored to even and ``total``, then floored to even; a clip
+  whose source rate is unknown, or of one frame, is refused (checked against a live vLLM
+  0.32 CPU server by the real-engine suite).
 - Qwen3-VL videos: transformers ``Qwen3VLVideoProcessor`` / vLLM's ``qwen3_vl`` loader --
   frames sampled at ``fps`` (2) from the source rate: ``int(total / source_fps * fps)``,
   clamped to [min_frames 4, max_frames 768] and to the source's frames (vLLM caps fps at 30
@@ -30,6 +34,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 GRID_BYTES = 24  # int64 (t, h, w)
 MAX_ASPECT_RATIO = 200
@@ -50,6 +57,7 @@ class VideoGeometry:
     min_frames: int = 4
     max_frames: int = 768
     loader_frames: int = -1  # vLLM loader's frame cap before the processor (-1: none)
+    frame_rule: str = "qwen3"  # with fps: "qwen3" (Qwen3VLVideoBackend) or "qwen2" (Qwen2VL...)
     in_channels: int = 3
     pixel_dtype_bytes: int = 1  # vLLM keeps processed pixels as uint8
     marker_tokens: int = 2  # vision start/end around each video (per group for Qwen3-VL)
@@ -61,9 +69,9 @@ class VideoGeometry:
 
 
 # Shipped defaults (Qwen2.5-VL: preprocessor_config.json, min/max pixels 3136 / 12845056 per
-# frame, vLLM's 32-frame loader; Qwen3-VL: video_preprocessor_config.json).
-QWEN25_VL = VideoGeometry("qwen2.5-vl", 14, 2, 2, 3136, 12845056, clip_budget=False,
-                          loader_frames=32)
+# frame, vLLM's qwen2_vl loader at 2 fps; Qwen3-VL: video_preprocessor_config.json).
+QWEN25_VL = VideoGeometry("qwen2.5-vl", 14, 2, 2, 3136, 12845056, clip_budget=False, fps=2.0,
+                          min_frames=4, max_frames=768, frame_rule="qwen2")
 QWEN3_VL = VideoGeometry("qwen3-vl", 16, 2, 2, 4096, 25165824, clip_budget=True, fps=2.0,
                          min_frames=4, max_frames=768, timestamps=True)
 QWEN3_VL_MAX_FPS = 30.0
@@ -74,6 +82,8 @@ def sampled_frames(geom: VideoGeometry, total_frames: int, source_fps: float | N
     """Indices of the frames the model sees, in order (vLLM's loader, then the processor)."""
     if total_frames < 1:
         raise ValueError("a video needs at least one frame")
+    if geom.fps is not None and geom.frame_rule == "qwen2":
+        return _qwen2_frames(geom, total_frames, source_fps)
     if geom.fps is not None:  # Qwen3-VL: sample at fps from the source rate
         src = source_fps if source_fps and source_fps > 0 else QWEN3_VL_UNKNOWN_FPS
         fps = min(geom.fps, QWEN3_VL_MAX_FPS)
@@ -89,6 +99,22 @@ def sampled_frames(geom: VideoGeometry, total_frames: int, source_fps: float | N
     # numpy.linspace(0, total - 1, n, dtype=int): truncation toward zero
     step = (total_frames - 1) / (n - 1) if n > 1 else 0.0
     return [int(i * step) for i in range(n)]
+
+
+def _qwen2_frames(geom: VideoGeometry, total: int, source_fps: float | None) -> list[int]:
+    """vLLM's ``Qwen2VLVideoBackend``: an even frame count from the source rate; indices from
+    float32 steps (as its ``torch.arange``), the tail clamped to the last frame."""
+    if not source_fps or source_fps <= 0:
+        raise ValueError("Qwen2-VL video sampling needs the clip's frame rate")
+    tp = geom.temporal_patch_size
+    cap = min(geom.max_frames, total) // tp * tp
+    n = min(max(total / source_fps * min(geom.fps or 2.0, QWEN3_VL_MAX_FPS), geom.min_frames),
+            cap, total)
+    n = int(n // tp) * tp
+    if n <= 0:
+        raise ValueError(f"{geom.family} needs at least {tp} frames, got {total}")
+    step = np.float32(total / n)
+    return [min(int(np.float32(i) * step), total - 1) for i in range(n)]
 
 
 def _round_half_even(x: float) -> int:
@@ -252,9 +278,10 @@ def video_geometry(family: str, patch_size: int, merge_size: int,
     (4096 / 25165824 pixels) unless given; ``qwen2.5-vl`` / ``qwen2-vl``: the per-frame rule with
     the image processor's min/max pixels (its video processor reads the same config).
     """
-    if family.startswith("qwen3"):
+    fam = family.lower().replace("_", "-")  # config.json's model_type spells qwen2_vl, qwen3_vl
+    if fam.startswith("qwen3"):
         base = QWEN3_VL
-    elif family.startswith(("qwen2.5-vl", "qwen2-vl")):
+    elif fam.startswith(("qwen2.5-vl", "qwen2-5-vl", "qwen2-vl")):
         base = QWEN25_VL
     else:
         raise ValueError(f"no video rule for model family {family!r}")
@@ -263,4 +290,21 @@ def video_geometry(family: str, patch_size: int, merge_size: int,
         base.min_pixels if min_pixels is None or base.clip_budget else min_pixels,
         base.max_pixels if max_pixels is None or base.clip_budget else max_pixels,
         base.clip_budget, base.fps, base.min_frames, base.max_frames, base.loader_frames,
-        timestamps=base.timestamps)
+        base.frame_rule, timestamps=base.timestamps)
+
+
+def model_video_geometry(model: Any) -> VideoGeometry | None:
+    """The video rule of a ``vlm.VisionModel``: its family's, with its patch geometry and its
+    video processor's per-frame pixel limits when it has its own (else the image limits);
+    None when the model has no patch geometry or its family no video rule."""
+    if model.tokens_per_image is not None:
+        return None
+    vmin = getattr(model, "video_min_pixels", None)
+    vmax = getattr(model, "video_max_pixels", None)
+    try:
+        return video_geometry(model.family, model.patch_size, model.merge_size,
+                              model.temporal_patch_size,
+                              vmin if vmin is not None else model.min_pixels,
+                              vmax if vmax is not None else model.max_pixels)
+    except ValueError:
+        return None

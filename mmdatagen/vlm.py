@@ -40,6 +40,8 @@ class VisionModel:
     temporal_patch_size: int = 2
     in_channels: int = 3
     pixel_dtype_bytes: int = 1  # processed pixel values are kept as uint8 (vLLM's default)
+    video_min_pixels: int | None = None  # the video processor's own per-frame limits, when a
+    video_max_pixels: int | None = None  # checkpoint has them (None: the image limits)
 
     @property
     def factor(self) -> int:
@@ -163,9 +165,28 @@ def _first(*values):
     return next((v for v in values if v is not None), None)
 
 
+def _video_limits(folder: Path) -> tuple[int | None, int | None]:
+    """The video processor's per-frame pixel limits (``video_preprocessor_config.json`` or
+    ``processor_config.json``'s ``video_processor``); (None, None) when it has no config of its
+    own (transformers then falls back to the image processor's)."""
+    video: dict[str, Any] = {}
+    if (folder / "video_preprocessor_config.json").is_file():
+        video = _read_json(folder / "video_preprocessor_config.json")
+    elif (folder / "processor_config.json").is_file():
+        video = _read_json(folder / "processor_config.json").get("video_processor") or {}
+    size: dict[str, Any] = video["size"] if isinstance(video.get("size"), dict) else {}
+    limits = (_first(video.get("min_pixels"), size.get("shortest_edge")),
+              _first(video.get("max_pixels"), size.get("longest_edge")))
+    try:
+        return tuple(None if v is None else int(v) for v in limits)  # type: ignore[return-value]
+    except (TypeError, ValueError):
+        raise UserError(f"{folder}: video pixel limits must be integers") from None
+
+
 def model_from_folder(folder: str | Path) -> VisionModel:
     """Geometry of a local Hugging Face checkpoint: ``config.json`` plus its image processor
-    config (``preprocessor_config.json``, or ``processor_config.json``'s ``image_processor``)."""
+    config (``preprocessor_config.json``, or ``processor_config.json``'s ``image_processor``)
+    and its video processor's pixel limits when it has its own."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise UserError(f"{folder} is not a Hugging Face model folder (no config.json)")
@@ -198,9 +219,10 @@ def model_from_folder(folder: str | Path) -> VisionModel:
     except (TypeError, ValueError):
         raise UserError(f"{folder}: geometry values must be integers") from None
     deepstack = 1 + len(vision.get("deepstack_visual_indexes") or ())
+    video_min, video_max = _video_limits(folder)
     return VisionModel(name=str(folder.name), family=str(cfg.get("model_type", "local")),
                        dtype_bytes=DTYPE_BYTES.get(str(dtype), 2), deepstack_factor=deepstack,
-                       **fields)
+                       video_min_pixels=video_min, video_max_pixels=video_max, **fields)
 
 
 def with_geometry(model: VisionModel, **overrides: int | None) -> VisionModel:

@@ -4,8 +4,9 @@ The vectors were computed offline with the libraries themselves (no model downlo
 transformers 5.19.0 ``Qwen2VLVideoProcessor(min_pixels=3136, max_pixels=12845056)`` and
 ``Qwen3VLVideoProcessor(size={"shortest_edge": 4096, "longest_edge": 25165824})``
 ``.get_num_of_video_patches(frames, height, width)``; vLLM 0.32.0
-``VideoBackend`` (num_frames=32) and ``Qwen3VLVideoBackend`` (fps=2)
-``.compute_frames_index_to_sample``; ``WhisperFeatureExtractor(feature_size=128)`` attention
+``Qwen2VLVideoBackend`` and ``Qwen3VLVideoBackend`` (both at fps=2)
+``.compute_frames_index_to_sample`` (the loaders vLLM picks for Qwen2-VL's and Qwen3-VL's video
+processors; the real-engine suite checks the Qwen2-VL rule's token counts on a live server); ``WhisperFeatureExtractor(feature_size=128)`` attention
 mask sums with Qwen2-Audio's length rule.
 """
 from __future__ import annotations
@@ -47,26 +48,40 @@ def test_patches_match_the_hf_processors(key):
         assert t * gh * gw == want
 
 
-# (total frames, source fps) -> vLLM's frame indices (opencv 32-frame loader; qwen3_vl at 2 fps)
+# (total frames, source fps) -> vLLM's frame indices (qwen2_vl loader; qwen3_vl loader), None:
+# refused (Qwen2-VL needs the source rate and 2 frames)
 SAMPLING = {
-    (300, 30.0): ([0, 9, 19, 28, 38, 48, 57, 67, 77, 86, 96, 106, 115, 125, 135, 144, 154, 163,
-                   173, 183, 192, 202, 212, 221, 231, 241, 250, 260, 270, 279, 289, 299],
+    (300, 30.0): (list(range(0, 300, 15)),
                   [0, 16, 31, 47, 63, 79, 94, 110, 126, 142, 157, 173, 189, 205, 220, 236, 252,
                    268, 283, 299]),
-    (100, 0.0): ([0, 3, 6, 9, 12, 15, 19, 22, 25, 28, 31, 35, 38, 41, 44, 47, 51, 54, 57, 60,
-                  63, 67, 70, 73, 76, 79, 83, 86, 89, 92, 95, 99], [0, 14, 28, 42, 57, 71, 85, 99]),
-    (45, 29.97): ([0, 1, 2, 4, 5, 7, 8, 9, 11, 12, 14, 15, 17, 18, 19, 21, 22, 24, 25, 26, 28,
-                   29, 31, 32, 34, 35, 36, 38, 39, 41, 42, 44], [0, 15, 29, 44]),
+    (100, 0.0): (None, [0, 14, 28, 42, 57, 71, 85, 99]),
+    (45, 29.97): ([0, 11, 22, 33], [0, 15, 29, 44]),
     (16, 2.0): (list(range(16)), list(range(16))),
-    (3, 2.0): ([0, 1, 2], [0, 1, 2]),
+    (3, 2.0): ([0, 1], [0, 1, 2]),
+    (6, 8.0): ([0, 1, 3, 4], [0, 2, 3, 5]),
+    (7, 1.0): (list(range(6)), list(range(7))),
+    (40, 2.0): (list(range(40)), list(range(40))),
+    (1, 2.0): (None, [0]),
 }
 
 
 @pytest.mark.parametrize("key", sorted(SAMPLING))
 def test_frame_sampling_matches_vllm(key):
     total, fps = key
-    assert sampled_frames(QWEN25_VL, total, fps) == SAMPLING[key][0]
-    assert sampled_frames(QWEN3_VL, total, fps) == SAMPLING[key][1]
+    want25, want3 = SAMPLING[key]
+    if want25 is None:
+        with pytest.raises(ValueError):
+            sampled_frames(QWEN25_VL, total, fps)
+    else:
+        assert sampled_frames(QWEN25_VL, total, fps) == want25
+    assert sampled_frames(QWEN3_VL, total, fps) == want3
+
+
+def test_qwen2_vl_2000_and_451_frames():
+    idx = sampled_frames(QWEN25_VL, 2000, 25.0)
+    assert len(idx) == 160 and idx[:5] == [0, 12, 25, 37, 50] and idx[-3:] == [1962, 1975, 1987]
+    idx = sampled_frames(QWEN25_VL, 451, 30.0)
+    assert len(idx) == 30 and idx[-3:] == [405, 420, 435]
 
 
 def test_qwen3_vl_2000_frames_at_25_fps_sample_160():
@@ -84,10 +99,10 @@ def test_clip_cost_and_processor_bytes():
     stamps = timestamps(QWEN3_VL, [0, 5, 10, 15], 8.0)
     assert stamps == [(0 + 5 / 8) / 2, (10 / 8 + 15 / 8) / 2]
     assert cost.prompt_tokens == cost.tokens + 2 * (5 + 2)  # "<0.3 seconds>" -> 2 words + 3
-    q25 = video_cost(QWEN25_VL, 16, 8.0, 1280, 720)
-    assert (q25.frames, q25.grid) == (16, (8, 52, 92)) and q25.tokens == 38272 // 4
+    q25 = video_cost(QWEN25_VL, 16, 8.0, 1280, 720)  # 2 s at 8 fps: 4 frames at 2 fps
+    assert (q25.frames, q25.grid) == (4, (2, 52, 92)) and q25.tokens == 2 * 52 * 92 // 4
     assert q25.prompt_tokens == q25.tokens + 2
-    assert grid_processor_bytes(QWEN25_VL, q25.grid) == 38272 * 3 * 2 * 14 * 14 + 24
+    assert grid_processor_bytes(QWEN25_VL, q25.grid) == 2 * 52 * 92 * 3 * 2 * 14 * 14 + 24
     assert q25.embedding_bytes(2048) == q25.tokens * 2048 * 2
 
 
@@ -160,3 +175,33 @@ def test_media_reuse_one_cache_for_every_modality(tmp_path):
     assert reuse.by_modality["video"].bytes_referenced == 12 * cost.processor_bytes
     tiny = media_reuse(manifest, model, big, 1)  # nothing fits: no hits anywhere
     assert tiny.total.hits == 0 and tiny.total.references == 36
+
+
+def test_model_folder_video_limits_and_model_type(tmp_path):
+    """A checkpoint's own video processor limits (processor_config.json's video_processor, as
+    transformers 5 saves it) size its clips; config.json's model_type spelling (qwen2_vl) has
+    the Qwen2-VL rule. Numbers from the tiny Qwen2-VL the real-engine suite serves: a 64x48
+    frame is resized to 392x280 (>= 100,352 pixels), 4 frames = 2 groups of 560 patches."""
+    import json
+
+    from mmdatagen.media_tokens import model_video_geometry
+    from mmdatagen.vlm import resolve_model
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen2_vl", "text_config": {"hidden_size": 128},
+        "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}}))
+    size = {"shortest_edge": 3136, "longest_edge": 1003520}
+    proc = {"image_processor": {"patch_size": 14, "merge_size": 2, "size": size},
+            "video_processor": {"size": {"shortest_edge": 100352, "longest_edge": 602112}}}
+    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
+    model = resolve_model(str(tmp_path))
+    geom = model_video_geometry(model)
+    assert geom is not None and (geom.min_pixels, geom.max_pixels) == (100352, 602112)
+    cost = video_cost(geom, 4, 2.0, 64, 48)
+    assert (cost.frames, cost.grid, cost.tokens) == (4, (2, 20, 28), 280)
+    assert cost.processor_bytes == 1120 * 1176 + 24
+    assert model.image_tokens(64, 48) == 4  # images keep the image processor's limits
+    del proc["video_processor"]  # no video processor config: the image limits
+    (tmp_path / "processor_config.json").write_text(json.dumps(proc))
+    geom = model_video_geometry(resolve_model(str(tmp_path)))
+    assert geom is not None and (geom.min_pixels, geom.max_pixels) == (3136, 1003520)

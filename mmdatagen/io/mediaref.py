@@ -22,8 +22,8 @@ from ..media_tokens import (
     QWEN2_AUDIO,
     audio_processor_bytes,
     audio_tokens,
+    model_video_geometry,
     video_cost,
-    video_geometry,
 )
 from ..vlm import VisionModel
 
@@ -122,9 +122,7 @@ class MediaResolver:
                  dataset_dir: Path | None = None) -> None:
         self.model, self.target, self.error = model, target, error
         self.dataset_dir = dataset_dir  # local files allowed (virtual runs) when set
-        self.geom = video_geometry(model.family, model.patch_size, model.merge_size,
-                                   model.temporal_patch_size, model.min_pixels, model.max_pixels) \
-            if model.tokens_per_image is None else None
+        self.geom = model_video_geometry(model)  # None: no patch geometry or no video rule
         self._memo: dict[MediaKey, Sized] = {}
         self._strings: dict[bytes, tuple[MediaKey, Sized]] = {}  # by reference hash
         self._memo_size = memo_size
