@@ -11,7 +11,8 @@ What it writes into DIR (a Hugging Face folder vLLM can serve):
   geometry: patch 14, temporal patch 2, spatial merge 2; random weights from ``--seed``;
 - a byte-level BPE tokenizer trained here on seeded synthetic text, plus the Qwen special tokens,
   and a Qwen2-VL-style chat template (written for this project);
-- the image processor with the real limits (min 56*56, max 28*28*1280 pixels) and the processor.
+- the image processor with the real limits (min 56*56, max 28*28*1280 pixels), the video processor
+  (per-frame limits 128*28*28 and 768*28*28: vLLM serves videos with it) and the processor.
 
 The build is deterministic: the same seed writes the same bytes. It checks the image token counts
 against the Qwen2-VL formula before finishing, and writes ``BUILD_STAMP`` last, so a folder with a
@@ -36,6 +37,10 @@ MERGE = 2
 TEMPORAL = 2
 MIN_PIXELS = 56 * 56
 MAX_PIXELS = 28 * 28 * 1280
+# The video processor's own per-frame limits (transformers' Qwen2VLVideoProcessor defaults): a
+# frame is never smaller than 128 merged patches, so every 2-frame group costs >= 128 tokens.
+VIDEO_MIN_PIXELS = 128 * 28 * 28
+VIDEO_MAX_PIXELS = 768 * 28 * 28
 
 # (width, height) -> image tokens under the real Qwen2-VL rule.
 EXPECTED_TOKENS = {(640, 480): 391, (224, 224): 64, (1920, 1080): 1222, (50, 50): 4}
@@ -193,8 +198,9 @@ def build(output: Path, seed: int) -> dict:
     image_processor = Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS,
                                             patch_size=PATCH, temporal_patch_size=TEMPORAL,
                                             merge_size=MERGE)
-    video_processor = Qwen2VLVideoProcessor(patch_size=PATCH, temporal_patch_size=TEMPORAL,
-                                            merge_size=MERGE)
+    video_processor = Qwen2VLVideoProcessor(
+        patch_size=PATCH, temporal_patch_size=TEMPORAL, merge_size=MERGE,
+        size={"shortest_edge": VIDEO_MIN_PIXELS, "longest_edge": VIDEO_MAX_PIXELS})
     processor = Qwen2VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
                                  video_processor=video_processor, chat_template=CHAT_TEMPLATE)
 
@@ -236,6 +242,9 @@ def check_geometry(folder: Path) -> dict:
         counts[(w, h)] = got
     msgs = [{"role": "user", "content": [{"type": "text", "text": "Describe."},
                                          {"type": "image"}]}]
+    size = processor.video_processor.size
+    if (size.shortest_edge, size.longest_edge) != (VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS):
+        raise SystemExit(f"error: the video processor's pixel limits are {size}")
     prompt = processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     if prompt.count("<|image_pad|>") != 1 or not prompt.endswith("<|im_start|>assistant\n"):
         raise SystemExit(f"error: chat template renders {prompt!r}")

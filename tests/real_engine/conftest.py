@@ -65,13 +65,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "results.json").write_text(json.dumps(RESULTS, indent=1))
         terminalreporter.write_sep("-", "predicted vs engine (processor-cache hits; encoder runs)")
-        terminalreporter.write_line("workload | conc | cache bytes | refs | reference (dispatch "
-                                    "order / server order) | bench predicted | engine hits | "
-                                    "encoder runs (reference)")
+        terminalreporter.write_line("workload | conc | cache bytes | refs (videos) | reference "
+                                    "(dispatch order / server order) | bench predicted | "
+                                    "engine hits | encoder runs (reference)")
         for r in RESULTS:
+            if "clips" in r:  # per-clip video tokens
+                for c in r["clips"]:
+                    terminalreporter.write_line(
+                        f"{r['workload']}: {c['clip']}: tokens engine {c['engine_tokens']} / "
+                        f"reference {c['reference_tokens']} / mmdatagen {c['mmdatagen_tokens']}; "
+                        f"entry bytes reference {c['reference_entry_bytes']} / mmdatagen "
+                        f"{c['mmdatagen_entry_bytes']}")
+                continue
             terminalreporter.write_line(
                 f"{r['workload']} | {r['concurrency']} | {r['processor_cache_bytes']} | "
-                f"{r['references']} | {r['reference_hits']} / {r['reference_hits_server_order']} | "
+                f"{r['references']} ({r.get('videos', 0)}) | {r['reference_hits']} / {r['reference_hits_server_order']} | "
                 f"{r['bench_predicted_hits']} ({r.get('bench_predicted_cache')}) | "
                 f"{r['engine_hits']} | {r['encoder_runs']} ({r['reference_encoder_runs']})")
 

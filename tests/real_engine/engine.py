@@ -21,9 +21,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 # One server for every workload: a processor cache small enough to evict 640x480 entries
-# (0.005 GiB holds two of them), prefix caching off so the encoder cache shows, and a 2,048-token
-# batch (the encoder cache budget).
-SERVER = {"processor_cache_gb": 0.005, "max_num_batched_tokens": 2048, "max_images": 6}
+# (0.005 GiB holds two of them) and tiny video clips (four of 1.3 MB), prefix caching off so the
+# encoder cache shows, and a 2,048-token batch. Up to 2 videos per prompt: vLLM then sizes its
+# encoder cache for its largest video (3,840 tokens at a 4,096-token context), not 2,048.
+SERVER = {"processor_cache_gb": 0.005, "max_num_batched_tokens": 2048, "max_images": 6,
+          "max_videos": 2, "max_model_len": 4096}
 TIMINGS: dict[str, float] = {}
 RESULTS: list[dict] = []  # one row per workload, printed at the end of the session
 
@@ -89,7 +91,8 @@ class VllmServer:
     """One ``vllm.entrypoints.openai.api_server`` process group with its log in a file."""
 
     def __init__(self, python: Path, model: Path, log_path: Path, *, processor_cache_gb: float,
-                 max_num_batched_tokens: int, max_images: int, prefix_caching: bool = False,
+                 max_num_batched_tokens: int, max_images: int, max_videos: int = 0,
+                 prefix_caching: bool = False,
                  max_model_len: int = 4096, extra_args: list[str] | None = None) -> None:
         self.python = Path(python)
         self.model = Path(model)
@@ -101,7 +104,7 @@ class VllmServer:
             "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
             "--mm-processor-cache-gb", repr(processor_cache_gb),
             "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
-            "--limit-mm-per-prompt", json.dumps({"image": max_images, "video": 0}),
+            "--limit-mm-per-prompt", json.dumps({"image": max_images, "video": max_videos}),
             "--max-num-batched-tokens", str(max_num_batched_tokens),
             "--enable-logging-iteration-details",
             # "Received request chatcmpl-<X-Request-ID>" once a request's inputs are processed:

@@ -8,24 +8,44 @@ enough). For each workload:
 - at concurrency 1, the encoder runs the engine logged (``encoder inputs: N``) == the reference
   encoder-cache replay's misses (prefix caching is off on the server);
 - where the bench export carries a numeric prediction, it equals the measured hits.
+Video workloads (tiny clips, images beside them in one cache) run the same checks; a direct
+check compares each clip's tokens as the engine counts them (its prompt usage) with the
+reference's and the library's, and the library's processor-cache entry bytes with the
+reference's.
 """
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import orjson
 import pytest
 
 from .engine import RESULTS, SERVER
-from .reference import GIB, encoder_runs, processor_hits, requests_in_dispatch_order
+from .reference import (
+    GIB,
+    Item,
+    encoder_budget,
+    encoder_runs,
+    item_tokens,
+    processor_entry_bytes,
+    processor_hits,
+    requests_in_dispatch_order,
+    video_dims_of,
+)
 
 pytestmark = pytest.mark.real_engine
 
 MIXED = "640x480:1,224x224:2,448x336:1"
+# Tiny clips: the video processor resizes every frame to >= 100,352 pixels, so a 64x48 frame
+# pair costs 140 tokens and a 4-frame clip 1.3 MB of processor cache (448x336: 384 / 1.8 MB).
+CLIPS = ["--video-size", "64x48:1,448x336:1", "--video-frames", "4", "--video-fps", "2"]
 
 WORKLOADS = [
     # name, generator, generator args, concurrency, check encoder runs, uuid remap
@@ -50,7 +70,25 @@ WORKLOADS = [
     ("sliding-window multi_turn (history resent)", "sliding-window",
      ["--users", "3", "--turns", "3", "--window", "2", "--format", "multi_turn",
       "--image-size", "224x224:1,448x336:1", "--seed", "16"], 1, True, False),
+    ("pool video + image per row, two clip sizes", "pool",
+     ["-n", "24", "--pool-size", "6", "--images-per-request", "1", "--image-size", "224x224",
+      "--videos-per-request", "1", "--video-pool-size", "12", *CLIPS, "--reuse", "uniform",
+      "--seed", "41"], 1, True, False),
+    ("sliding-window 2 videos + 1 image, 6 frames at 4 fps", "sliding-window",
+     ["--users", "3", "--turns", "5", "--window", "1", "--image-size", "224x224",
+      "--videos-per-request", "2", "--video-size", "64x48", "--video-frames", "6",
+      "--video-fps", "4", "--seed", "42"], 1, True, False),
+    ("pool videos only, zipf", "pool",
+     ["-n", "32", "--pool-size", "10", "--images-per-request", "0", "--videos-per-request", "1",
+      "--reuse", "zipf", "--video-size", "64x48:1,448x336:1", "--video-frames", "8",
+      "--video-fps", "8", "--seed", "43"], 4, False, False),
 ]
+
+
+def server_encoder_budget(server) -> int:
+    """The encoder cache budget: logged, else vLLM's rule (the CPU worker does not log it)."""
+    return server.logged_encoder_budget() or encoder_budget(
+        SERVER["max_num_batched_tokens"], SERVER["max_model_len"], SERVER["max_videos"] > 0)
 
 
 def mmdatagen(*args: str) -> subprocess.CompletedProcess:
@@ -155,15 +193,14 @@ def test_predicted_equals_engine(vllm_server, tiny_model, tmp_path, name, genera
     runs = vllm_server.encoder_runs(offset, end)
     row = {"workload": name, "concurrency": concurrency,
            "processor_cache_bytes": int(capacity), "references": references,
+           "videos": sum(1 for r in requests for it in r if it.frames),
            "reference_hits": reference_hits, "reference_hits_server_order": server_order_hits,
            "bench_predicted_hits": processor_prediction(export),
            "bench_predicted_cache": (export["image_cache"].get("predicted") or {}).get("cache"),
            "engine_hits": measured["hits"], "engine_queries": measured["queries"],
            "encoder_runs": runs["encoder_inputs"], "reference_encoder_runs": None}
     if check_encoder:
-        # vLLM's rule: max(max_num_batched_tokens, the largest item's tokens); Qwen2-VL's
-        # largest image is 28*28*1280 pixels = 1,280 tokens
-        budget = vllm_server.logged_encoder_budget() or max(SERVER["max_num_batched_tokens"], 1280)
+        budget = server_encoder_budget(vllm_server)
         row["encoder_budget_tokens"] = budget
         row["reference_encoder_runs"] = sum(encoder_runs(requests, budget))
     RESULTS.append(row)
@@ -212,7 +249,7 @@ def test_dev_reset_endpoints(vllm_server, tiny_model, tmp_path):
     records = [orjson.loads(line) for line in (tmp_path / "a" / "records.jsonl").read_bytes().splitlines()]
     run = [items for _, items in requests_in_dispatch_order(dataset, records)]
     capacity = SERVER["processor_cache_gb"] * GIB
-    budget = vllm_server.logged_encoder_budget() or max(SERVER["max_num_batched_tokens"], 1280)
+    budget = server_encoder_budget(vllm_server)
     cold = {"hits": sum(processor_hits(run, capacity)), "encoder_runs": sum(encoder_runs(run, budget))}
     warm = {"hits": sum(processor_hits(run + run, capacity)[len(run):]),
             "encoder_runs": sum(encoder_runs(run + run, budget)[len(run):])}
@@ -242,7 +279,10 @@ def test_dev_reset_endpoints(vllm_server, tiny_model, tmp_path):
               "--image-size", MIXED, "--seed", "31"]),
     ("sliding-window", ["--users", "3", "--turns", "5", "--window", "3",
                         "--image-size", "640x480:1,448x336:1", "--seed", "32"]),
-], ids=["pool multi-image", "sliding-window sessions"])
+    ("sliding-window", ["--users", "3", "--turns", "5", "--window", "2", "--image-size", "224x224",
+                        "--videos-per-request", "2", "--video-size", "448x336",
+                        "--video-frames", "4", "--video-fps", "2", "--seed", "44"]),
+], ids=["pool multi-image", "sliding-window sessions", "sliding-window video + image"])
 def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generator, gen_args):
     """bench's own prediction of vLLM's encoder cache (``--cache vllm-encoder``, its budget in
     tokens): predicted misses == the encoder runs the engine logged (prefix caching off).
@@ -252,7 +292,7 @@ def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generato
     dataset = tmp_path / "data.jsonl"
     mmdatagen(generator, *gen_args, "--text-tokens", "16", "--output-length", "2",
               "--output", dataset, "--quiet", "--force")
-    budget = vllm_server.logged_encoder_budget() or max(SERVER["max_num_batched_tokens"], 1280)
+    budget = server_encoder_budget(vllm_server)
     offset = vllm_server.settled_offset()
     out = tmp_path / "bench"
     mmdatagen("bench", "--input-file", dataset, "--url", vllm_server.url, "--model", tiny_model,
@@ -272,3 +312,61 @@ def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generato
     assert pred["cache"] == "vllm-encoder" and pred["unit"] == "tokens", pred
     assert pred["misses"] == runs, (pred, runs)
     assert 0 < pred["hits"] < pred["references"]
+
+
+# (size, frames, fps, container): below and above the video processor's per-frame pixel limits,
+# frame sampling at the loader's 2 fps (6 frames at 8 fps -> 4, 7 at 1 fps -> 6, 2 frames -> 2),
+# and a webm/vp9 clip (its frame count comes from the stream, not a header field)
+CLIP_SPECS = [("64x48", 4, 2, "mp4"), ("64x48", 6, 8, "mp4"), ("96x96", 7, 1, "mp4"),
+              ("640x360", 5, 2, "mp4"), ("1280x720", 2, 2, "mp4"), ("64x48", 8, 4, "webm")]
+
+
+def _prompt_tokens(server, model: Path, parts: list[dict]) -> int:
+    body = {"model": str(model), "max_tokens": 1,
+            "messages": [{"role": "user", "content": parts}]}
+    req = urllib.request.Request(server.url + "/v1/chat/completions",
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return int(json.loads(resp.read())["usage"]["prompt_tokens"])
+
+
+def test_video_tokens_and_entry_bytes(vllm_server, tiny_model, tmp_path):
+    """Per clip: the engine's video tokens (prompt usage minus the text-only prompt and the two
+    vision markers) == the reference's == mmdatagen's (``media_tokens`` with the geometry bench
+    reads from the model folder); mmdatagen's processor-cache entry bytes == the reference's
+    (tokens x 4 patches x 1,176 + 24: the engine's own sizing, which the eviction workloads
+    confirm through the hit counters)."""
+    from mmdatagen.io.mediaref import video_info
+    from mmdatagen.media_tokens import model_video_geometry, video_cost
+    from mmdatagen.vlm import resolve_model
+
+    geom = model_video_geometry(resolve_model(str(tiny_model)))
+    assert geom is not None, "mmdatagen has no video rule for the tiny Qwen2-VL"
+    text = [{"type": "text", "text": "Describe."}]
+    base = _prompt_tokens(vllm_server, tiny_model, text)
+    rows = []
+    for i, (size, frames, fps, fmt) in enumerate(CLIP_SPECS):
+        data = tmp_path / f"clip{i}.jsonl"
+        mmdatagen("pool", "-n", 1, "--pool-size", 1, "--images-per-request", 0,
+                  "--videos-per-request", 1, "--video-size", size, "--video-frames", frames,
+                  "--video-fps", fps, "--video-format", fmt, "--seed", 50 + i,
+                  "--output", data, "--quiet")
+        ref = orjson.loads(data.read_bytes().splitlines()[0])["videos"][0]
+        raw = (Path(ref) if Path(ref).is_absolute() else data.parent / ref).read_bytes()
+        url = f"data:video/{fmt};base64," + base64.b64encode(raw).decode()
+        engine = _prompt_tokens(vllm_server, tiny_model,
+                                [*text, {"type": "video_url", "video_url": {"url": url}}]) - base - 2
+        w, h, total, rate = video_dims_of(ref, data.parent)
+        item = Item("clip", w, h, total, rate)
+        info = video_info(raw)
+        lib = video_cost(geom, info.frames, info.fps, info.width, info.height)
+        rows.append({"clip": f"{size} {frames} frames {fps} fps {fmt}", "engine_tokens": engine,
+                     "reference_tokens": item_tokens(item), "mmdatagen_tokens": lib.tokens,
+                     "reference_entry_bytes": processor_entry_bytes(item),
+                     "mmdatagen_entry_bytes": lib.processor_bytes, "frames_seen": lib.frames})
+    RESULTS.append({"workload": "video tokens per clip (direct requests)", "concurrency": 1,
+                    "clips": rows})
+    for r in rows:
+        assert r["engine_tokens"] == r["reference_tokens"] == r["mmdatagen_tokens"], r
+        assert r["mmdatagen_entry_bytes"] == r["reference_entry_bytes"], r
