@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from PIL import Image
 
 from conftest import read_rows
 from mmdatagen.content.tokenizers import get_tokenizer
+from mmdatagen.errors import SpecError
 from mmdatagen.io.manifest import read_manifest
 from mmdatagen.io.readers import iter_turns
 
@@ -260,3 +262,10 @@ def test_noise_png_roundtrip_is_exact():
     arr = noise_pixels(0, 3, 33, 17)
     img = Image.open(io.BytesIO(encode_png_stored(arr)))
     assert np.array_equal(np.asarray(img), arr)
+
+
+def test_spec_errors_cross_the_worker_pool():
+    # field errors are raised inside image workers (--target-bytes) and must arrive whole
+    exc = pickle.loads(pickle.dumps(SpecError("target_bytes", "10 cannot be reached")))
+    assert isinstance(exc, SpecError) and (exc.name, exc.problem) == ("target_bytes",
+                                                                      "10 cannot be reached")

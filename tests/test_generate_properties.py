@@ -1,4 +1,5 @@
-"""Properties of generation: sharded == unsharded for any split, same seed == same bytes."""
+"""Properties of generation: sharded == unsharded for any split, same seed == same bytes, the
+inline cache's budget never changes a byte."""
 from __future__ import annotations
 
 import tempfile
@@ -8,9 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mmdatagen.content.audio import AudioStyle
 from mmdatagen.content.images import ImageFactory, ImageStyle
+from mmdatagen.content.inline import InlineCache, use_positions
 from mmdatagen.content.text import TextEngine
 from mmdatagen.content.tokenizers import get_tokenizer
+from mmdatagen.content.video import VideoStyle
 from mmdatagen.generate import Delivery, OutputSpec, generate, start_workers
 from mmdatagen.plans import pool_plan, sliding_window_plan
 
@@ -55,3 +59,43 @@ def test_sliding_window_same_seed_same_bytes(executor, tmp_path):
     b = _write(plan, tmp_path / "b", "single_turn", "data-url", 5, executor)
     c = _write(plan, tmp_path / "c", "single_turn", "data-url", 6, executor)
     assert a == b != c
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 9), max_size=4), max_size=30),
+       budget=st.integers(0, 40), batch=st.integers(1, 5))
+def test_inline_cache_keeps_what_later_rows_use_within_its_budget(rows, budget, batch):
+    positions = {k: [p for p, r in enumerate(rows) if k in r] for r in rows for k in r}
+    uses = use_positions(rows)
+    cache: InlineCache[int] = InlineCache(budget)
+    done = 0
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        for key in dict.fromkeys(k for r in chunk for k in r):
+            if key not in cache:  # what the pipeline renders for a batch
+                cache.add(key, "x" * (key + 1))
+        assert all(k in cache for r in chunk for k in r)  # every row of the batch can be written
+        done += len(chunk)
+        cache.evict(uses, done)
+        assert cache.size == sum(len(v) for v in cache.payloads.values()) <= budget
+        assert all(any(p >= done for p in positions[k]) for k in cache.payloads)
+
+
+@pytest.mark.parametrize("delivery", ["data-url", "url"])
+def test_inline_cache_budget_never_changes_the_bytes(executor, tmp_path, delivery):
+    # a zero budget evicts every inline image, video and audio after each batch: they are
+    # rendered again when used again, and the output must not change by one byte
+    plan = pool_plan(num_requests=24, pool_size=5, images_per_request=2, image_size="16x12",
+                     seed=3, videos_per_request=1, audios_per_request=1, video_size="16x16")
+    styles = {"video": VideoStyle(frames=2), "audio": AudioStyle(duration=0.05)}
+    written = []
+    for mb in (0, 96):
+        out = OutputSpec(path=tmp_path / str(mb) / "d.jsonl", quiet=True, workers=2, cache_mb=mb)
+        result = generate(plan, ImageFactory(ImageStyle("noise", "png"), 3),
+                          TextEngine(get_tokenizer("words"), 6, 3),
+                          Delivery(delivery, image_dir=tmp_path / str(mb) / "img",
+                                   base_url="http://h/x" if delivery == "url" else None,
+                                   uuids=True),
+                          out, {}, executor, media_styles=styles)
+        written.append((result.path.read_bytes(), result.manifest.read_bytes()))
+    assert written[0] == written[1]
