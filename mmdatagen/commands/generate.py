@@ -10,7 +10,7 @@ from ..spec.content import SLIDING_WINDOW_CONTENT, Content, Media, Output
 from ..spec.workload import PoolWorkload, SlidingWindowWorkload
 
 
-def _run(workload: Any, values: dict[str, Any]) -> None:
+def _run(workload: PoolWorkload | SlidingWindowWorkload, values: dict[str, Any]) -> None:
     from ..dataset import make_dataset, summary
 
     content, media, output = make(Content, values), make(Media, values), make(Output, values)
