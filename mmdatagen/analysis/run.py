@@ -26,12 +26,10 @@ POOL_DEFAULTS = {"num_requests": 1000, "pool_size": 200, "images_per_request": 1
                  "image_size": "640x480", "seed": 0, "reuse": "first-pass-unique"}
 SW_DEFAULTS = {"users": 30, "turns": 8, "window": 5, "stride": 1, "image_size": "2400x1080",
                "seed": 0, "order": "turn-major"}
-MEDIA_AXES = {"videos_per_request": int, "audios_per_request": int}
-POOL_AXES = {"num_requests": int, "pool_size": int, "images_per_request": int,
-             "zipf_exponent": float, "target_reuse": float, "seed": int, **MEDIA_AXES,
-             "video_pool_size": int, "audio_pool_size": int}
-SW_AXES = {"users": int, "turns": int, "window": int, "stride": int, "shared_fraction": float,
-           "seed": int, **MEDIA_AXES}
+MEDIA_AXES = ("videos_per_request", "audios_per_request")
+POOL_AXES = ("num_requests", "pool_size", "images_per_request", "zipf_exponent", "target_reuse",
+             "seed", *MEDIA_AXES, "video_pool_size", "audio_pool_size")
+SW_AXES = ("users", "turns", "window", "stride", "shared_fraction", "seed", *MEDIA_AXES)
 
 
 @dataclasses.dataclass
@@ -77,9 +75,9 @@ def _run_of(req: AnalyzeRequest) -> Run:
     if c.capacity_gib and target.unit != "GiB":
         raise UserError(f"--cache {target.name} counts {target.unit}: give its capacity with "
                         "--cache-size")
-    caps = [int(round(g * GIB)) for g in numbers(c.capacity_gib, float, "--cache-gb")]
-    caps += [target.capacity(x) for x in numbers(c.capacity, float, "--cache-size")]
-    return Run(_model(req), sem, caps, numbers(c.capacity_entries, int, "--cache-images"),
+    caps = [int(round(g * GIB)) for g in numbers(c.capacity_gib, "capacity_gib")]
+    caps += [target.capacity(x) for x in numbers(c.capacity, "capacity")]
+    return Run(_model(req), sem, caps, numbers(c.capacity_entries, "capacity_entries"),
                _size(req.source.url_image_size), req.output.want_curve)
 
 
@@ -183,10 +181,10 @@ def _fixed(workload: str, axes: PlanAxes) -> dict[str, Any]:
     return {"order": axes.order or SW_DEFAULTS["order"]}
 
 
-def _grid(axes: PlanAxes, kinds: dict[str, type], defaults: dict[str, Any]) -> dict[str, list]:
+def _grid(axes: PlanAxes, names: tuple[str, ...], defaults: dict[str, Any]) -> dict[str, list]:
     grid: dict[str, list] = {}
-    for name, kind in kinds.items():
-        vals = numbers(getattr(axes, name), kind, "--" + name.replace("_", "-"))
+    for name in names:
+        vals = numbers(getattr(axes, name), name)
         if vals or name in defaults:
             grid[name] = vals or [defaults[name]]
     grid["image_size"] = list(axes.image_size) or [defaults["image_size"]]

@@ -42,8 +42,8 @@ def analyze(dataset: Path | None, **values: Any) -> None:
 
     try:
         request = AnalyzeRequest.of(dataset, values)
-    except SpecError as exc:
+        check_outputs(request)
+        results = run_request(request)
+    except SpecError as exc:  # a field's error, worded with its flag
         raise for_cli(exc) from None
-    check_outputs(request)
-    results = run_request(request)
     click.echo(render(results, request.output, lambda text: click.echo(text, err=True)))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import SpecError, UserError
+from ..errors import SpecError
 from .base import build, option, spec
 from .cache import KEY_MODES, AnalyzeModel, Geometry
 from .common import quiet
@@ -172,20 +172,35 @@ class AnalyzeRequest:
         m = self.model
         if (m.tokens_per_image is None) != (m.bytes_per_token is None):
             raise SpecError("tokens_per_image", "and --bytes-per-token go together")
+        for part in (self.cache, self.axes):
+            for name in KINDS:
+                if hasattr(part, name):
+                    numbers(getattr(part, name), name)  # every list parses, or one error
         given = self.axes.given() + [k for k in MEDIA_SIZING if getattr(self.media, k) is not None]
         if self.dataset is not None and given:
             raise SpecError(given[0], "applies to --workload, not to a dataset")
 
 
-def numbers(values: tuple[str, ...], kind: type, name: str) -> list:
-    """Expand ``1 2.5 0:20:2 5,6`` (repeatable; ranges include their end) into numbers."""
+#: The number kind of every list-valued option (plan axes and capacities).
+KINDS: dict[str, type] = {
+    "capacity_gib": float, "capacity": float, "capacity_entries": int, "num_requests": int,
+    "pool_size": int, "images_per_request": int, "zipf_exponent": float, "target_reuse": float,
+    "video_pool_size": int, "audio_pool_size": int, "users": int, "turns": int, "window": int,
+    "stride": int, "shared_fraction": float, "videos_per_request": int,
+    "audios_per_request": int, "seed": int}
+
+
+def numbers(values: tuple[str, ...], name: str) -> list:
+    """Expand field ``name``'s ``1 2.5 0:20:2 5,6`` (repeatable; ranges include their end) into
+    numbers of its kind (``KINDS``); a bad value is a ``SpecError`` naming the field."""
+    kind = KINDS[name]
     out: list = []
     for raw in values:
         for item in (s.strip() for s in str(raw).split(",")):
             if item:
                 out += _expand(item, kind, name)
     if any(v < 0 for v in out):
-        raise UserError(f"{name} must not be negative")
+        raise SpecError(name, "must not be negative")
     return out
 
 
@@ -199,7 +214,7 @@ def _expand(item: str, kind: type, name: str) -> list:
             raise ValueError
         return vals
     except (ValueError, OverflowError):
-        raise UserError(f"bad {name} value {item!r}; expected a number, a list 1,2,4 or a "
+        raise SpecError(name, f"has a bad value {item!r}; expected a number, a list 1,2,4 or a "
                         "range start:stop[:step]") from None
 
 
@@ -210,7 +225,7 @@ def _range(item: str, parts: list, kind: type, name: str) -> list:
     step = parts[2] if len(parts) == 3 else 1
     count = int((hi - lo) / step + 1e-9) + 1
     if count < 1:
-        raise UserError(f"{name} range {item!r} is empty (start above stop)")
+        raise SpecError(name, f"range {item!r} is empty (start above stop)")
     if count > MAX_VALUES:
-        raise UserError(f"{name} range {item!r} has more than {MAX_VALUES:,} values")
+        raise SpecError(name, f"range {item!r} has more than {MAX_VALUES:,} values")
     return [kind(round(lo + i * step, 9)) for i in range(count)]
