@@ -113,3 +113,9 @@ def test_unsharded_file_needs_an_output_name(run_cli, tmp_path):
 def test_no_shards_found(run_cli, tmp_path):
     result = run_cli("merge", "-o", tmp_path / "none.jsonl")
     assert result.exit_code == 2 and "no shards of" in result.output
+
+
+def test_nothing_to_merge_names_the_flag(run_cli):
+    result = run_cli("merge")
+    assert result.exit_code == 2 and "give shard files, or --output" in result.output
+    assert result.output.count("\n") == 1
