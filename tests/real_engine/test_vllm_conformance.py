@@ -283,7 +283,8 @@ def test_dev_reset_endpoints(vllm_server, tiny_model, tmp_path):
                         "--videos-per-request", "2", "--video-size", "448x336",
                         "--video-frames", "4", "--video-fps", "2", "--seed", "44"]),
 ], ids=["pool multi-image", "sliding-window sessions", "sliding-window video + image"])
-def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generator, gen_args):
+def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generator, gen_args,
+                                     request):
     """bench's own prediction of vLLM's encoder cache (``--cache vllm-encoder``, its budget in
     tokens): predicted misses == the encoder runs the engine logged (prefix caching off).
     Seeds no other test uses: pictures another workload left in the caches would hit."""
@@ -303,7 +304,10 @@ def test_bench_predicts_encoder_runs(vllm_server, tiny_model, tmp_path, generato
     export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
     pred = export["image_cache"]["predicted"]
     runs = vllm_server.encoder_runs(offset, end)["encoder_inputs"]
-    RESULTS.append({"workload": f"{generator}: bench --cache vllm-encoder", "concurrency": 1,
+    RESULTS.append({"workload": f"{request.node.callspec.id}: bench --cache vllm-encoder",
+                    "concurrency": 1, "videos": sum(
+                        len(orjson.loads(line).get("videos") or [])
+                        for line in dataset.read_bytes().splitlines() if line.strip()),
                     "processor_cache_bytes": budget, "references": pred["references"],
                     "reference_hits": None, "reference_hits_server_order": None,
                     "bench_predicted_hits": pred["hits"], "bench_predicted_cache": pred["cache"],
