@@ -36,6 +36,7 @@ test: install-test
 lint: install-test
 	$(BIN)/ruff check mmdatagen
 	$(BIN)/mypy
+	@worse=$$($(BIN)/radon cc -s -n D mmdatagen); test -z "$$worse" || { echo "complexity worse than C:"; echo "$$worse"; exit 1; }
 
 test-engine: install-test
 	$(ENGINE_TESTS)

@@ -117,3 +117,14 @@ def test_only_the_cli_edge_imports_click():
                 users.add(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
     assert users, "no click import found: the scan is broken"
     assert {u for u in users if _unit(u) not in CLI_EDGE} == {"mmdatagen.spec.cli"}
+
+
+def test_no_function_over_60_lines():
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}")
+    assert long == []

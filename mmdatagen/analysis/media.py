@@ -30,8 +30,8 @@ from ..media_tokens import (
     QWEN2_AUDIO,
     audio_processor_bytes,
     audio_tokens,
+    model_video_geometry,
     video_cost,
-    video_geometry,
 )
 from ..vlm import VisionModel
 
@@ -57,11 +57,10 @@ def media_costs(model: VisionModel, target, modality: np.ndarray, media: dict[st
         if model.tokens_per_image is not None:
             raise UserError("a generic model (--tokens-per-image) has no video rule; name a "
                             "Qwen2.5-VL or Qwen3-VL model")
-        try:
-            geom = video_geometry(model.family, model.patch_size, model.merge_size,
-                                  model.temporal_patch_size, model.min_pixels, model.max_pixels)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        geom = model_video_geometry(model)  # the video processor's own pixel limits, if any
+        if geom is None:
+            raise UserError(f"model family {model.family!r} has no video rule; name a "
+                            "Qwen2-VL, Qwen2.5-VL or Qwen3-VL model")
     memo: dict[tuple, tuple[int, int]] = {}
     for k, i in enumerate(idx.tolist()):
         if modality[i] == VIDEO:
