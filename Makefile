@@ -17,7 +17,7 @@ install: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[plot,fast]'
 
 install-test: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,fast]'  # the suite runs on uvloop, as installed users do
 
 demo: install
 	$(BIN)/mmdatagen pool --output $(DEMO)/seed_a.jsonl --force

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -364,8 +365,9 @@ class _Conn(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)  # create_connection: a stream transport
-        self.transport = transport
+        # create_connection gives a stream transport; uvloop's is not an asyncio.Transport
+        # subclass, so this is a cast, not a check
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         ex = self.ex

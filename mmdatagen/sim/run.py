@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,12 +100,14 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
         if not folder.is_dir():
             raise UserError(f"--ready-file folder {folder} does not exist")
         check_target(Path(ready_file), force=True)
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:
         import uvloop
-        runner = uvloop.run
+        factory = uvloop.new_event_loop
     except ImportError:
-        runner = asyncio.run
-    runner(serve_forever(sim, host, port, ready_file))
+        pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve_forever(sim, host, port, ready_file))
 
 
 def serve_spec(settings: Simulator) -> None:
