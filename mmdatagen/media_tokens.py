@@ -269,6 +269,23 @@ def audio_processor_bytes(geom: AudioGeometry, samples: int, sample_rate: int) -
     return frames * geom.n_mels * geom.feature_dtype_bytes + frames * geom.mask_dtype_bytes
 
 
+@dataclass(frozen=True)
+class AudioCost:
+    """What one clip costs a model: tokens, prompt tokens (with its markers), processor bytes."""
+
+    tokens: int
+    prompt_tokens: int
+    processor_bytes: int
+
+
+def audio_cost(geom: AudioGeometry, samples: int, sample_rate: int) -> AudioCost:
+    """:func:`audio_tokens`, the prompt tokens with the clip's markers, and
+    :func:`audio_processor_bytes` of one clip."""
+    tokens = audio_tokens(geom, samples, sample_rate)
+    return AudioCost(tokens, tokens + geom.marker_tokens,
+                     audio_processor_bytes(geom, samples, sample_rate))
+
+
 def video_geometry(family: str, patch_size: int, merge_size: int,
                    temporal_patch_size: int = 2, min_pixels: int | None = None,
                    max_pixels: int | None = None) -> VideoGeometry:

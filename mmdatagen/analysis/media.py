@@ -26,10 +26,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..io.mediaref import clip_entry_size
 from ..media_tokens import (
     QWEN2_AUDIO,
-    audio_processor_bytes,
-    audio_tokens,
+    AudioCost,
+    VideoCost,
+    audio_cost,
     model_video_geometry,
     video_cost,
 )
@@ -75,19 +77,16 @@ def media_costs(model: VisionModel, target, modality: np.ndarray, media: dict[st
 
 
 def _cost(key: tuple, geom, model: VisionModel, target) -> tuple[int, int]:
+    cost: VideoCost | AudioCost
     if key[0] == VIDEO:
         try:
             cost = video_cost(geom, key[1], key[2] or None, key[3], key[4])
         except ValueError as exc:
             raise UserError(f"a video cannot be sized: {exc}") from None
-        tokens, processor = cost.tokens, cost.processor_bytes
     else:
-        tokens = audio_tokens(QWEN2_AUDIO, key[1], key[2])
-        processor = audio_processor_bytes(QWEN2_AUDIO, key[1], key[2])
-    entry = "embedding" if target is None else target.entry
-    size = processor if entry == "processor" else tokens if entry == "tokens" \
-        else tokens * model.bytes_per_token
-    return max(int(size), 1), int(tokens)
+        cost = audio_cost(QWEN2_AUDIO, key[1], key[2])
+    size = clip_entry_size(target, model, cost.tokens, cost.processor_bytes)
+    return max(int(size), 1), int(cost.tokens)
 
 
 def modal_counts(flags: np.ndarray, ref_mod: np.ndarray, ref_bytes: np.ndarray,

@@ -18,13 +18,7 @@ import blake3
 
 from ..caches.targets import CacheTarget
 from ..errors import DatasetError
-from ..media_tokens import (
-    QWEN2_AUDIO,
-    audio_processor_bytes,
-    audio_tokens,
-    model_video_geometry,
-    video_cost,
-)
+from ..media_tokens import QWEN2_AUDIO, audio_cost, model_video_geometry, video_cost
 from ..vlm import VisionModel
 
 
@@ -104,6 +98,19 @@ def audio_info(data: bytes, fmt: str) -> AudioInfo:
         raise DatasetError(f"cannot read the mp3 audio: {type(exc).__name__}") from None
 
 
+def clip_entry_size(target: CacheTarget | None, model: VisionModel, tokens: int,
+                    processor: int) -> int:
+    """A video's or audio clip's cache entry in the unit ``target``'s capacity counts (no
+    target: embedding bytes), from its encoder tokens and processor-cache bytes; the clips'
+    counterpart of ``io.imageref.entry_size``."""
+    entry = "embedding" if target is None else target.entry
+    if entry == "processor":
+        return processor
+    if entry == "tokens":
+        return tokens
+    return tokens * model.bytes_per_token
+
+
 MediaKey = tuple[str, str]  # ("video" | "audio", blake3) by content, ("ref", url), ("uuid", id)
 Sized = tuple[int, int, int]  # encoder tokens, prompt tokens, entry size in the target's unit
 R = TypeVar("R")
@@ -128,14 +135,7 @@ class MediaResolver:
         self._memo_size = memo_size
 
     def _size(self, tokens: int, prompt: int, processor: int) -> Sized:
-        entry = self.target.entry
-        if entry == "processor":
-            nbytes = processor
-        elif entry == "tokens":
-            nbytes = tokens
-        else:
-            nbytes = tokens * self.model.bytes_per_token
-        return tokens, prompt, nbytes
+        return tokens, prompt, clip_entry_size(self.target, self.model, tokens, processor)
 
     def _key(self, content_key: MediaKey, ref: str, uuid: str | None) -> MediaKey:
         mode = self.target.key
@@ -228,9 +228,8 @@ class MediaResolver:
         return make(self._key(key, "", uuid), *sized, False)
 
     def _audio_size(self, a: AudioInfo) -> Sized:
-        tokens = audio_tokens(QWEN2_AUDIO, a.samples, a.sample_rate)
-        return self._size(tokens, tokens + QWEN2_AUDIO.marker_tokens,
-                          audio_processor_bytes(QWEN2_AUDIO, a.samples, a.sample_rate))
+        cost = audio_cost(QWEN2_AUDIO, a.samples, a.sample_rate)
+        return self._size(cost.tokens, cost.prompt_tokens, cost.processor_bytes)
 
     def _remember(self, key: MediaKey, sized: Sized) -> None:
         if len(self._memo) >= self._memo_size:
