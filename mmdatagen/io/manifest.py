@@ -18,7 +18,6 @@ import blake3
 import orjson
 
 from ..errors import DatasetError
-from .atomic import atomic_write_bytes
 
 MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_VERSION = 2  # 2: the "jsonl" binding (size, lines, blake3 of the dataset file)
@@ -403,13 +402,6 @@ def manifest_path(jsonl_path: Path) -> Path:
 
 def dump(manifest: Manifest) -> bytes:
     return orjson.dumps(manifest.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
-
-
-def write_manifest(jsonl_path: Path, manifest: Manifest) -> Path:
-    """Write the manifest beside its dataset, atomically; returns its path."""
-    path = manifest_path(jsonl_path)
-    atomic_write_bytes(path, dump(manifest))
-    return path
 
 
 def read_manifest(jsonl_path: Path, verify: bool = True) -> Manifest | None:

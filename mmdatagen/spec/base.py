@@ -212,7 +212,3 @@ def build(cls: type[T], values: Mapping[str, Any], **overrides: Any) -> T:
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     spec = cls(**{k: v for k, v in {**values, **overrides}.items() if k in names})
     return validate(spec)
-
-
-def conflict(name: str, problem: str) -> SpecError:
-    return SpecError(name, problem)
