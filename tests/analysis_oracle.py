@@ -76,3 +76,54 @@ def completion_hits(ev: np.ndarray, row_refs: list[np.ndarray], obj_sizes: np.nd
                 continue
             used = insert(cache, used, x, sizes[x], capacity, oversize)
     return hits
+
+
+def replay_two_tier(rows: Sequence[Sequence], tokens: dict, entry_bytes: dict, budget: int,
+                    capacity: int) -> dict:
+    """Dynamo's connector behind vLLM's encoder cache, one request at a time (each request's
+    prompt computed before the next is scheduled), written from the engines' descriptions:
+
+    - encoder cache: an item already held (in use, or released and not yet evicted) is served
+      there and the connector is not asked; else, when the free room plus the released items
+      can hold it, room is made by evicting released items oldest release first (otherwise it
+      is encoded and not kept); the request's items are released once it is done, in input
+      order, a repeated item at its last occurrence;
+    - connector (asked on an encoder-cache miss): a byte LRU; present = a hit, refreshed; absent
+      = a miss, saved (least recent evicted until it fits; larger than the capacity: not saved).
+    Returns the encoder-cache hits and the connector's hits, misses and evictions."""
+    held: OrderedDict = OrderedDict()  # encoder cache: key -> tokens, release order
+    lru: OrderedDict = OrderedDict()
+    used = 0
+    out = {"encoder_hits": 0, "hits": 0, "misses": 0, "evictions": 0}
+    for row in rows:
+        in_use: list = []
+        for key in row:
+            if key in held:
+                out["encoder_hits"] += 1
+                if key not in in_use:
+                    in_use.append(key)
+                continue
+            free = budget - sum(held.values())
+            releasable = [k for k in held if k not in in_use]
+            if free + sum(held[k] for k in releasable) >= tokens[key]:
+                while free < tokens[key]:
+                    free += held.pop(releasable.pop(0))
+                held[key] = tokens[key]
+                in_use.append(key)
+            if key in lru:
+                out["hits"] += 1
+                lru.move_to_end(key)
+                continue
+            out["misses"] += 1
+            size = entry_bytes[key]
+            if size > capacity:
+                continue
+            while used + size > capacity:
+                used -= lru.popitem(last=False)[1]
+                out["evictions"] += 1
+            lru[key] = size
+            used += size
+        last = {key: i for i, key in enumerate(row)}
+        for key in sorted(in_use, key=last.__getitem__):  # released in input order, a repeated
+            held.move_to_end(key)                        # item at its last occurrence
+    return out

@@ -45,7 +45,8 @@ def workloads(draw):
     target = draw(st.sampled_from(target_names()))
     concurrency = draw(st.sampled_from([1, 2, 8, 64]))
     fraction = draw(st.sampled_from([0.0, 0.2, 0.45, 0.7, 0.99, 1.0, 1.3]))
-    return distinct, rows, sessions, uuids, target, concurrency, fraction
+    front = draw(st.sampled_from([1, 2, 4]))  # a two-tier target's front: largest items held
+    return distinct, rows, sessions, uuids, target, concurrency, fraction, front
 
 
 def _capacity(target, urls, fraction: float) -> float:
@@ -71,13 +72,21 @@ def _write(path, urls, rows, sessions, uuids) -> None:
     path.write_bytes(b"\n".join(lines) + b"\n")
 
 
-async def _bench(tmp_path, target, capacity, concurrency):
-    prof = fast_profile(max_running=16, token_budget=4096).for_cache(target.name)
+def _front(urls, items: int) -> int:
+    """A front budget (tokens) holding ``items`` of the largest image."""
+    model = get_model(MODEL)
+    ident = ImageIdentifier("bytes")
+    return items * max(model.image_tokens(ident(u).width, ident(u).height) for u in urls)
+
+
+async def _bench(tmp_path, target, capacity, concurrency, front=None):
+    prof = fast_profile(max_running=16, token_budget=4096,
+                        encoder_budget=front).for_cache(target.name)
     async with running(prof, capacity) as (url, sim, _):
         cfg = BenchConfig(input_file=tmp_path / "d.jsonl", model=MODEL, url=url,
                           concurrency=concurrency, streaming=True, output_dir=tmp_path / "o",
                           quiet=True, extra_inputs={"max_tokens": 3}, cache=target.name,
-                          cache_gb=capacity)
+                          cache_gb=capacity, encoder_budget=front)
         res = await _run_async(cfg, url)
         return res, sim.engine.cache.counters()
 
@@ -85,16 +94,19 @@ async def _bench(tmp_path, target, capacity, concurrency):
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(workloads())
 def test_predicted_equals_measured_for_every_target(tmp_path_factory, work):
-    distinct, rows, sessions, uuids, name, concurrency, fraction = work
+    distinct, rows, sessions, uuids, name, concurrency, fraction, front_items = work
     tmp_path = tmp_path_factory.mktemp("conf")
     urls = _urls(distinct, seed=len(rows))
     _write(tmp_path / "d.jsonl", urls, rows, sessions, uuids)
     target = get_target(name)
     capacity = _capacity(target, urls, fraction)
-    res, counters = asyncio.run(_bench(tmp_path, target, capacity, concurrency))
+    front = _front(urls, front_items) if target.front else None
+    res, counters = asyncio.run(_bench(tmp_path, target, capacity, concurrency, front))
     cache = res.export["image_cache"]
     measured, predicted = cache["measured"], cache["predicted"]
     refs = sum(len(r) for r in rows)
+    # a two-tier target counts its own lookups only: the front's hits never reach it
+    refs -= counters.get("encoder_hits", 0)
     assert measured["hits"] + measured["misses"] == refs
     assert predicted["references"] == refs, predicted
     assert predicted["hits"] == measured["hits"], (predicted, measured)
@@ -142,7 +154,8 @@ def test_every_target_cites_its_engine_sources(name):
     assert t.capacity(1.0) > 0 and t.unit in ("GiB", "MiB", "tokens")
 
 
-@pytest.mark.parametrize("name", ["vllm-processor", "vllm-encoder", "dynamo-embedding"])
+@pytest.mark.parametrize("name", ["vllm-processor", "vllm-encoder", "dynamo-embedding",
+                                  "dynamo-connector"])
 def test_mixed_image_video_audio_predicted_equals_measured(tmp_path, name):
     """Videos and audios share the cache with the images: the loader counts every item the
     simulator counts, keyed and sized by the same services."""
@@ -159,16 +172,21 @@ def test_mixed_image_video_audio_predicted_equals_measured(tmp_path, name):
     target = get_target(name)
     capacity = {"GiB": 0.0004, "tokens": 200.0}.get(target.unit, 1.0)
 
+    front = 200 if target.front else None  # the largest item or two: Dynamo's tier sees lookups
+
     async def go():
-        prof = fast_profile().for_cache(name)
+        prof = fast_profile(encoder_budget=front).for_cache(name)
         async with running(prof, capacity) as (url, sim, _):
             cfg = BenchConfig(input_file=data, model=MODEL, url=url, concurrency=4,
                               streaming=True, output_dir=tmp_path / "o", quiet=True,
-                              extra_inputs={"max_tokens": 3}, cache=name, cache_gb=capacity)
-            return await _run_async(cfg, url)
-    res = asyncio.run(go())
+                              extra_inputs={"max_tokens": 3}, cache=name, cache_gb=capacity,
+                              encoder_budget=front)
+            return await _run_async(cfg, url), sim.engine.cache.counters()
+    res, counters = asyncio.run(go())
     cache = res.export["image_cache"]
-    assert cache["measured"]["hits"] + cache["measured"]["misses"] == 16 * 3
-    assert cache["predicted"]["references"] == 16 * 3
+    refs = 16 * 3 - counters.get("encoder_hits", 0)  # the front's hits never reach the target
+    assert refs > 16 and (not target.front or counters["encoder_hits"] > 0)
+    assert cache["measured"]["hits"] + cache["measured"]["misses"] == refs
+    assert cache["predicted"]["references"] == refs
     assert cache["predicted"]["hits"] == cache["measured"]["hits"]
-    assert 0 < cache["measured"]["hits"] < 16 * 3 - 9  # evicting, and not trivially all-miss
+    assert 0 < cache["measured"]["hits"] < refs - 9  # evicting, and not trivially all-miss

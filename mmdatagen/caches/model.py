@@ -11,6 +11,11 @@ Every cache is driven by two events per request:
   request's pinned entries to the freeable list.
 
 Sizes are in the unit the capacity is in (bytes or embedding tokens).
+
+A target with a ``front`` tier (Dynamo's aggregated embedding cache behind vLLM's encoder cache)
+is a :class:`TieredCache`: the front cache answers first, and only its misses reach the target's
+own cache. Its flags and counters are the back cache's (what the engine's counters report); the
+items the front served are in ``last_front`` after each lookup.
 """
 from __future__ import annotations
 
@@ -35,6 +40,12 @@ class CacheModel:
 
     def lookup(self, rid: Hashable, items: Sequence[Item]) -> list[bool]:
         raise NotImplementedError
+
+    @property
+    def last_front(self) -> list[bool]:
+        """Per item of the last lookup: served by a front tier before this cache was asked
+        (only a :class:`TieredCache` has one; else empty)."""
+        return []
 
     def finish(self, rid: Hashable) -> None:
         """Default: nothing happens after the lookups."""
@@ -214,8 +225,85 @@ class FreeableCache(CacheModel):
         self.finish(rid)  # an aborted request releases its entries
 
 
-def make_cache(target: CacheTarget, capacity: int) -> CacheModel:
-    """The cache model of ``target`` with ``capacity`` in its entry unit (bytes or tokens)."""
+class TieredCache(CacheModel):
+    """Dynamo's aggregated embedding cache as deployed: a vLLM EC connector consulted only when
+    vLLM's encoder cache (``front``, a :class:`FreeableCache` in embedding tokens) misses.
+
+    - front hit (the embedding is still in the encoder cache, pinned or freeable): the connector
+      is neither asked nor touched (its recency is not refreshed);
+    - front miss: the connector's byte LRU (``back``) decides: present = load (a hit, moved to
+      most recent), absent = encode and save (a miss; saving evicts least recent first; an entry
+      larger than the back capacity is not saved). Counted when the scheduler allocates the item.
+
+    Items are ``(key, bytes)``; the front's size of an item is ``bytes // bytes_per_token``
+    (the entry is embedding tokens x hidden size x dtype bytes). ``lookup`` returns the
+    connector's hit flags (False for a front hit: it was not looked up there), and
+    ``last_front`` which items the front served; the counters are the connector's, with the
+    front's hits and the encoder runs beside them."""
+
+    def __init__(self, capacity: int, front_tokens: int, bytes_per_token: int) -> None:
+        super().__init__(capacity)
+        if bytes_per_token <= 0:
+            raise ValueError("bytes_per_token must be positive")
+        self.front = FreeableCache(front_tokens)
+        self.back = OrderedCache(capacity, lru=True, insert_on_lookup=True, oversize="bypass")
+        self.bytes_per_token = bytes_per_token
+        self._front_flags: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.back)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.back
+
+    def keys(self) -> list:
+        """The connector's keys, least recent first."""
+        return self.back.keys()
+
+    @property
+    def last_front(self) -> list[bool]:
+        return self._front_flags
+
+    def lookup(self, rid: Hashable, items: Sequence[Item]) -> list[bool]:
+        bpt = self.bytes_per_token
+        front = self.front.lookup(rid, [(key, -(-size // bpt)) for key, size in items])
+        self._front_flags = front
+        flags = []
+        for (key, size), served in zip(items, front):
+            if served:
+                flags.append(False)
+                continue
+            flags.append(self._count(key in self.back))
+            self.back.insert(key, size)  # a hit is moved to most recent; a miss is saved
+        self._sync()
+        return flags
+
+    def _sync(self) -> None:
+        self.used, self.evictions, self.inserts = self.back.used, self.back.evictions, self.back.inserts
+
+    def finish(self, rid: Hashable) -> None:
+        self.front.finish(rid)
+
+    def abort(self, rid: Hashable) -> None:
+        self.front.abort(rid)
+
+    def counters(self) -> dict[str, int]:
+        out = super().counters()
+        out.update(encoder_hits=self.front.hits, encoder_runs=self.misses,
+                   encoder_evictions=self.front.evictions)
+        return out
+
+
+def make_cache(target: CacheTarget, capacity: int, *, front_tokens: int | None = None,
+               bytes_per_token: int | None = None) -> CacheModel:
+    """The cache model of ``target`` with ``capacity`` in its entry unit (bytes or tokens). A
+    target with a front tier also needs the front's budget in tokens and the model's entry
+    bytes per token."""
+    if target.front is not None:
+        if front_tokens is None or bytes_per_token is None:
+            raise ValueError(f"cache {target.name} needs the front tier's budget and the "
+                             "model's bytes per token")
+        return TieredCache(capacity, front_tokens, bytes_per_token)
     if target.eviction == "freeable":
         return FreeableCache(capacity)
     return OrderedCache(capacity, lru=target.eviction == "lru",

@@ -44,11 +44,20 @@ class CacheTarget:
     exact: str
     sources: tuple[str, ...] = ()
     metrics: dict = field(default_factory=dict)
+    #: a cache asked first (by name: "vllm-encoder"); only its misses reach this cache
+    front: str | None = None
+    deployment: str = ""
 
     @property
     def insert_on_lookup(self) -> bool:
         """Entries are present from the lookup itself (else only after encoding/completion)."""
         return self.present == self.lookup
+
+    @property
+    def releases(self) -> bool:
+        """Entries are pinned by a request and released after its prefill (vLLM's encoder
+        cache, alone or as the front tier): the model needs the release event."""
+        return self.eviction == "freeable" or self.front is not None
 
     def capacity(self, value: float) -> int:
         """A capacity in this cache's own unit -> the unit entries are sized in (bytes/tokens)."""
@@ -61,7 +70,8 @@ class CacheTarget:
         return {"target": self.name, "engine": self.engine, "unit": self.unit, "flag": self.flag,
                 "key": self.key, "entry": self.entry, "lookup": self.lookup,
                 "present": self.present, "eviction": self.eviction, "oversize": self.oversize,
-                "exact": self.exact}
+                "exact": self.exact, **({"front": self.front} if self.front else {}),
+                **({"deployment": self.deployment} if self.deployment else {})}
 
 
 @lru_cache(maxsize=1)

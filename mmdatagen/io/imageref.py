@@ -255,6 +255,36 @@ def entry_size(target, model, width: int, height: int, real_width: bool = False)
     return model.entry_bytes(width, height, real_width)
 
 
+DEFAULT_BATCHED_TOKENS = 8192  # vLLM's max_num_batched_tokens for online serving on large GPUs
+
+
+def front_budget(target, model, given: int | None = None,
+                 max_num_batched_tokens: int = DEFAULT_BATCHED_TOKENS) -> int | None:
+    """The budget in embedding tokens of the cache in front of ``target`` (vLLM's encoder cache
+    before Dynamo's connector), or None for a target without one: ``given`` where the user read
+    it from the engine's startup log, else vLLM's rule for ``model``."""
+    if target.front is None:
+        return None
+    if given is not None:
+        return int(given)
+    if model.tokens_per_image is not None:
+        largest = model.tokens_per_image
+    else:
+        largest = model.max_pixels // (model.factor * model.factor)
+    return max(int(max_num_batched_tokens), largest)
+
+
+def make_target_cache(target, model, capacity: int, front: int | None = None):
+    """``caches.make_cache`` for ``target`` sized for ``model`` (``capacity`` in the entry unit;
+    ``front``: the front tier's budget, None for vLLM's rule)."""
+    from ..caches import make_cache
+
+    if target.front is None:
+        return make_cache(target, capacity)
+    return make_cache(target, capacity, front_tokens=front_budget(target, model, front),
+                      bytes_per_token=model.bytes_per_token)
+
+
 def request_items(target, keys: list, sizes: list[int]) -> list[tuple]:
     """A request's cache items under ``target``: one per image, or, for a cache keyed by the
     request's whole image set (SGLang), one item for the set."""

@@ -20,13 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ..caches import TIMELINE_PATH, CacheTarget, make_cache
+from ..caches import TIMELINE_PATH, CacheTarget
 from ..errors import DatasetError, UserError
 from ..io.imageref import (
+    DEFAULT_BATCHED_TOKENS,
     DEFAULT_URL_SIZE,
     ImageIdentifier,
     entry_size,
+    front_budget,
     image_flags,
+    make_target_cache,
     request_items,
 )
 from ..io.readers import Turn
@@ -54,8 +57,10 @@ class ImageTracker:
     target: CacheTarget
     capacity: float  # in the target's own unit
     encoder: Any
+    front: int | None = None  # a two-tier target's front budget in tokens (resolved)
     requests: list[_Request] = field(default_factory=list)
     undecodable: int = 0
+    counters: dict[str, int] = field(default_factory=dict)  # the cache's, after the replay
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
@@ -126,7 +131,7 @@ class ImageTracker:
         """Cache events ``(order, kind, request index)`` as the server saw them, and how the
         order was known."""
         by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
-        later = self.target.eviction == "freeable" or not self.target.insert_on_lookup
+        later = self.target.releases or not self.target.insert_on_lookup
         out: list[tuple] = []
         if timeline is not None:
             for i in range(len(self.requests)):
@@ -151,10 +156,13 @@ class ImageTracker:
                                        if later else "")
         return sorted(out), how
 
-    def replay(self, events: list[tuple]) -> np.ndarray:
-        """Predicted hits per request, replaying ``events`` through the target's cache."""
-        cache = make_cache(self.target, self.target.capacity(self.capacity))
+    def replay(self, events: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted hits and lookups per request, replaying ``events`` through the target's
+        cache (a two-tier target's lookups are its own: a front-tier hit never reaches it)."""
+        cache = make_target_cache(self.target, self.model, self.target.capacity(self.capacity),
+                                  self.front)
         hits = np.zeros(len(self.requests), np.int64)
+        looked = np.zeros(len(self.requests), np.int64)
         for _, kind, i in events:
             if kind == 1:
                 cache.finish(i)
@@ -162,17 +170,18 @@ class ImageTracker:
             req = self.requests[i]
             flags = image_flags(self.target, cache.lookup(i, req.items), req.images)
             hits[i] = sum(flags)
-        return hits
+            looked[i] = len(flags) - sum(cache.last_front)
+        self.counters = cache.counters()
+        return hits, looked
 
     def predict(self, records: list, profiling: np.ndarray, timeline: dict | None = None) -> dict:
         """Hit counts over the profiling requests (warmup requests warm the cache)."""
         if not self.requests:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
         events, how = self.events(records, timeline)
-        per_req = self.replay(events)
+        per_req, refs = self.replay(events)
         looked = np.zeros(len(self.requests), bool)
         looked[[i for _, kind, i in events if kind == 0]] = True
-        refs = np.array([r.images for r in self.requests], np.int64)
         keep = looked & (profiling[:len(self.requests)] if profiling.size else True)
         h, n = int(per_req[keep].sum()), int(refs[keep].sum())
         return {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
@@ -192,6 +201,7 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
     if not cfg.predict:
         return None, "prediction off (--no-predict)"
     geometry = cfg.geometry or {}
+    batched = DEFAULT_BATCHED_TOKENS
     try:
         if embedded:
             from ..sim.profile import load_profile
@@ -200,6 +210,7 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
             prof = prof.for_cache(cfg.cache if cfg.cache_explicit else None)
             target = prof.cache_target()
             model = resolve_model(prof.model, cfg.model_path, **geometry)
+            batched = prof.token_budget
         else:
             target = get_target(cfg.cache)
             model = resolve_model(cfg.model, cfg.model_path, **geometry)
@@ -208,7 +219,8 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
     capacity = target.default_capacity if cfg.cache_gb is None else cfg.cache_gb
-    return ImageTracker(model, target, capacity, encoder), None
+    front = front_budget(target, model, cfg.encoder_budget, batched)
+    return ImageTracker(model, target, capacity, encoder, front), None
 
 
 def prediction_result(tracker: ImageTracker | None, note: str | None, records: list,

@@ -51,6 +51,7 @@ class BenchConfig:
     cache_gb: float | None = 10.0  # the target's capacity in its own unit; None: its default
     cache: str = "dynamo-embedding"
     cache_explicit: bool = False  # --cache given (the embedded simulator then runs it)
+    encoder_budget: int | None = None  # a two-tier target's front in tokens; None: vLLM's rule
     model_path: str | None = None
     geometry: dict[str, int] = field(default_factory=dict)
     sim_args: list[str] = field(default_factory=list)
@@ -443,6 +444,8 @@ def simulator_spec(cfg: BenchConfig):  # -> spec.sim.Simulator
                               "time_scale": cfg.time_scale, "model_path": cfg.model_path}
     if cfg.cache_explicit:
         values["cache"] = cfg.cache
+    if cfg.encoder_budget is not None:
+        values["encoder_budget"] = cfg.encoder_budget
     for key, size in (cfg.geometry or {}).items():
         if key == "dtype_bytes":
             values["dtype"] = DTYPE_NAMES[size]

@@ -14,8 +14,9 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from ..caches import make_cache
-from ..io.imageref import image_flags, request_items
+from ..caches import CacheModel, CacheTarget
+from ..io.imageref import front_budget, image_flags, make_target_cache, request_items
+from ..vlm import VisionModel
 from .profile import Profile
 
 GIB = 1 << 30
@@ -80,18 +81,32 @@ class SimRequest:
         self.finish_seq: int | None = None
 
 
+def _engine_cache(profile: Profile, target: CacheTarget, capacity: float,
+                  model: VisionModel | None) -> CacheModel:
+    if target.front is None:
+        return make_target_cache(target, None, target.capacity(capacity))
+    from ..vlm import resolve_model
+
+    model = model or resolve_model(profile.model)
+    budget = front_budget(target, model, profile.encoder_budget, profile.token_budget)
+    return make_target_cache(target, model, target.capacity(capacity), budget)
+
+
 class Engine:
     """Waiting queue, running batch, embedding cache and the serial frontend of one worker."""
 
-    def __init__(self, profile: Profile, capacity: float | None) -> None:
+    def __init__(self, profile: Profile, capacity: float | None,
+                 model: VisionModel | None = None) -> None:
         """``capacity`` is in the unit of the profile's cache target (GiB, MiB or tokens);
-        None: the target's default."""
+        None: the target's default. A two-tier target's front (vLLM's encoder cache) is the
+        profile's ``encoder_budget``, else vLLM's rule for ``model`` (default: the profile's)
+        with the profile's token budget."""
         self.p = profile
         self.target = profile.cache_target()
         if capacity is None:
             capacity = self.target.default_capacity
         self.capacity = capacity
-        self.cache = make_cache(self.target, self.target.capacity(capacity))
+        self.cache = _engine_cache(profile, self.target, capacity, model)
         self.cache_seq = 0  # cache events so far: lookups and finishes, in the order they happen
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -106,14 +121,18 @@ class Engine:
 
     # -- frontend -------------------------------------------------------------------------
     def _lookup(self, req: SimRequest) -> list[bool]:
-        """The request's cache lookups (one event); per image, hit or miss."""
+        """The request's cache lookups (one event); per image, whether its embedding is at
+        hand (a hit, or for a two-tier target a hit in either tier)."""
         target, images = self.target, req.images
         items = request_items(target, [im.key for im in images], [im.nbytes for im in images])
         flags = image_flags(target, self.cache.lookup(req.rid, items), len(images))
         req.lookup_seq = self.cache_seq
         self.cache_seq += 1
+        front = self.cache.last_front
         req.hits = sum(flags)
-        req.misses = len(flags) - req.hits
+        req.misses = len(flags) - req.hits - sum(front)  # a front tier's hits were not asked
+        if front:  # served by the front tier: not encoded either
+            return [hit or served for hit, served in zip(flags, front)]
         return flags
 
     def _finish(self, req: SimRequest) -> None:
@@ -229,7 +248,7 @@ class Engine:
             for r in self._encoded_step:
                 self._finish(r)
             self._encoded_step.clear()
-        release = self.target.eviction == "freeable"
+        release = self.target.releases
         for r in self._scheduled:
             if r.done or r.prefilled < r.prompt_tokens:
                 continue
@@ -258,7 +277,7 @@ class Engine:
         req.done = True
         req.notify = None
         if req.lookup_seq is not None and req.finish_seq is None:
-            if self.target.eviction == "freeable":
+            if self.target.releases:
                 self._finish(req)  # its entries are released: an event the timeline shows
             else:
                 self.cache.abort(req.rid)  # its pending entries never become present

@@ -46,6 +46,8 @@ class Profile:
     cache: str = DEFAULT_TARGET
     key_mode: str | None = None
     register: str | None = None
+    #: a two-tier target's front (vLLM's encoder cache) in tokens; None: vLLM's rule
+    encoder_budget: int | None = None
     natural_output_tokens: int = 128
     max_model_len: int = 262144
     max_body_mb: float = 64.0
@@ -85,7 +87,7 @@ class Profile:
         if self.key_mode is not None:
             changes["key"] = self.key_mode
         if self.register is not None and self.register != target.present:
-            if target.lookup != "schedule" or target.eviction == "freeable":
+            if target.lookup != "schedule" or target.releases:
                 raise UserError(f"profile {self.name}: register cannot be changed for cache "
                                 f"{target.name}")
             changes["present"] = self.register

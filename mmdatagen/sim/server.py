@@ -119,7 +119,7 @@ class SimServer:
         (None: the target's default)."""
         self.p = profile
         self.model = model or resolve_model(profile.model)
-        self.engine = Engine(profile, cache_gb)
+        self.engine = Engine(profile, cache_gb, self.model)
         self.cache_gb = self.engine.capacity
         # per X-Request-ID: [lookup event, finish event] of the cache timeline (bounded)
         self.timeline: OrderedDict[str, list[int | None]] = OrderedDict()
@@ -252,7 +252,10 @@ class SimServer:
         out.append(f'mmdatagen_sim_info{{profile="{self.p.name}",model="{self.model.name}",'
                    f'cache="{t.name}",key_mode="{t.key}",register="{t.present}",'
                    f'time_scale="{self.scale}"}} 1')
-        for what, name in t.metrics.items():  # the engine's own counter names (vLLM's)
+        if "encoder_hits" in cc:  # a two-tier target: the front (vLLM's encoder cache) beside
+            out.append("# TYPE mmdatagen_sim_encoder_cache_hits_total counter")
+            out.append(f"mmdatagen_sim_encoder_cache_hits_total {cc['encoder_hits']}")
+        for what, name in t.metrics.items():  # the engine's own counter names (vLLM's, Dynamo's)
             out.append(f"# TYPE {name.removesuffix('_total')} counter")
             out.append(f'{name}{{model_name="{self.names[0]}"}} {cc[what]}')
         return "\n".join(out) + "\n"

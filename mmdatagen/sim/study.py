@@ -19,7 +19,7 @@ def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
 
     return load_profile(engine.profile).for_cache(cache.cache).with_overrides(
         key_mode=cache.key_mode, register=cache.register, max_running=engine.max_running,
-        token_budget=engine.token_budget)
+        token_budget=engine.token_budget, encoder_budget=cache.encoder_budget)
 
 
 def engine_model(prof: Profile, geometry: Geometry | None):

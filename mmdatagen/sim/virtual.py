@@ -183,9 +183,10 @@ class _VirtualRun:
     """Slots replaying sessions causally against one engine, in virtual milliseconds."""
 
     def __init__(self, turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
-                 policy: OutputPolicy, streaming: bool, wrap: bool) -> None:
+                 policy: OutputPolicy, streaming: bool, wrap: bool,
+                 model: VisionModel | None = None) -> None:
         self.profile, self.policy, self.streaming = profile, policy, streaming
-        self.eng = Engine(profile, cache_gb)
+        self.eng = Engine(profile, cache_gb, model)
         self.sessions = _Sessions(turns, wrap)
         self.slots: list[list] = [[None, None, 0] for _ in range(concurrency)]  # label, rows, next
         self.records: list = []
@@ -299,7 +300,8 @@ class _VirtualRun:
 def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
              request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
              streaming: bool = True, wrap: bool = True, request_rate: float | None = None,
-             arrival: str = "poisson", seed: int = 0) -> SimResult:
+             arrival: str = "poisson", seed: int = 0,
+             model: VisionModel | None = None) -> SimResult:
     """Run warmup then profiling in virtual time; returns metrics RequestRecords.
 
     ``wrap``: cycle through the sessions again when the request count exceeds one pass
@@ -315,7 +317,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                  warmup_request_count=warmup_count, request_rate=request_rate)
     policy = policy or OutputPolicy()
     policy.check(turns, profile)
-    run = _VirtualRun(turns, profile, cache_gb, concurrency, policy, streaming, wrap)
+    run = _VirtualRun(turns, profile, cache_gb, concurrency, policy, streaming, wrap, model)
     run.run_phase("warmup", warmup_count, None)
     pacer = None if request_rate is None else Pacer(request_rate, arrival, seed, unit=1000.0)
     run.run_phase("profiling", request_count, pacer)
@@ -332,7 +334,7 @@ def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency
     return simulate(turns, profile, cache_gb, concurrency,
                     request_count if request_count else len(turns), warmup_count, policy,
                     streaming, wrap=request_count is not None, request_rate=request_rate,
-                    arrival=arrival, seed=seed)
+                    arrival=arrival, seed=seed, model=model)
 
 
 SWEEP_COLUMNS = (("cache_gb", "Cache GiB"), ("hit_rate", "Hit rate %"),

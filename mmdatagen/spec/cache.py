@@ -20,12 +20,17 @@ KEY_MODES: tuple[str, ...] = ("bytes", "pixels", "reference", "uuid")
 REGISTER: tuple[str, ...] = ("schedule", "encode", "completion")
 GIB_MAX = 1e6
 SIZE_MAX = 1e12  # capacities in tokens get large
-TARGETS: tuple[str, ...] = ("dynamo-embedding", "dynamo-encode", "vllm-processor",
-                            "vllm-processor-shm", "vllm-encoder", "sglang-vlm")
+TARGETS: tuple[str, ...] = ("dynamo-embedding", "dynamo-connector", "dynamo-encode",
+                            "vllm-processor", "vllm-processor-shm", "vllm-encoder", "sglang-vlm")
 DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32", "fp8")
-CACHE_HELP = ("Cache target: dynamo-embedding, dynamo-encode, vllm-processor, "
+CACHE_HELP = ("Cache target: dynamo-embedding, dynamo-connector, dynamo-encode, vllm-processor, "
               "vllm-processor-shm, vllm-encoder, sglang-vlm (README: 'Which cache are you "
               "sizing?').")
+FRONT_HELP = ("Two-tier Dynamo targets (dynamo-embedding, dynamo-connector): vLLM's encoder "
+              "cache in front, in embedding tokens, as the engine's startup log prints it "
+              "('Encoder cache will be initialized with a budget of N tokens'). Default: vLLM's "
+              "rule for the model.")
+ENCODER_BUDGET_MAX = 10**9
 SIZE_HELP = "Capacity in the target's own unit (GiB, MiB for sglang-vlm, tokens for vllm-encoder)"
 
 
@@ -84,6 +89,9 @@ class SimCache:
                                        "cache: at scheduling, after its encode step, or at "
                                        "request completion. Default: profile's.",
                                        choices=REGISTER)
+    encoder_budget: int | None = option(None, "--encoder-budget", FRONT_HELP + " Simulator "
+                                        "default: the rule with the profile's token budget.",
+                                        kind=int, min=1, max=ENCODER_BUDGET_MAX)
 
 
 @spec
@@ -108,6 +116,8 @@ class BenchCache:
                                     "simulator's, and the predicted hits'. Default: the "
                                     "target's.", kind=float, min=0, max=SIZE_MAX,
                                     aliases=("--cache-gb",))
+    encoder_budget: int | None = option(None, "--encoder-budget", FRONT_HELP, kind=int, min=1,
+                                        max=ENCODER_BUDGET_MAX)
 
 
 @spec
@@ -125,6 +135,8 @@ class AnalyzeModel:
     """``analyze``: the model geometry and the concurrency model of the prediction."""
 
     cache: str = option("dynamo-embedding", "--cache", CACHE_HELP, choices=TARGETS)
+    encoder_budget: int | None = option(None, "--encoder-budget", FRONT_HELP, kind=int, min=1,
+                                        max=ENCODER_BUDGET_MAX)
     tokens_per_image: int | None = option(None, "--tokens-per-image", "Generic model: fixed "
                                           "tokens per image.", kind=int, min=1, max=10_000_000)
     bytes_per_token: int | None = option(None, "--bytes-per-token", "Generic model: cache bytes "
