@@ -29,7 +29,8 @@ def bench(**v: Any) -> None:
     cache = make(BenchCache, v)
     cfg = bench_config(load, url=target.url, cache_gb=cache.cache_gb,
                        output_dir=target.output_dir, goodput=v["goodput"], cache=cache.cache,
-                       geometry=make(Geometry, v), encoder_budget=cache.encoder_budget)
+                       geometry=make(Geometry, v), encoder_budget=cache.encoder_budget,
+                       metrics_url=target.metrics_url)
     result = run_bench(cfg)
     if not load.quiet:
         click.echo(result.table)

@@ -188,10 +188,11 @@ class ImageTracker:
                 "order": how, "per_request_hits": per_req}
 
 
-def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
+def prediction_setup(cfg: Any, encoder: Any, embedded: Any = None
                      ) -> tuple[ImageTracker | None, str | None]:
-    """The tracker for a bench run, or why there is none. The embedded simulator's cache is
-    its profile's running the asked target; a model outside the registry needs its geometry
+    """The tracker for a bench run, or why there is none. ``embedded``: the embedded
+    simulator's settings (``spec.sim.Simulator``), whose cache is its profile's running the
+    asked target; a model outside the registry needs its geometry
     (a local folder or flags): the run goes on, but says so on stderr at once."""
     import sys
 
@@ -201,16 +202,15 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
     if not cfg.predict:
         return None, "prediction off (--no-predict)"
     geometry = cfg.geometry or {}
-    batched = DEFAULT_BATCHED_TOKENS
+    batched, front = DEFAULT_BATCHED_TOKENS, cfg.encoder_budget
     try:
-        if embedded:
-            from ..sim.profile import load_profile
+        if embedded:  # the simulator's own profile, its --sim-arg overrides included
+            from ..sim.study import load_engine_profile
 
-            prof = load_profile(cfg.profile)
-            prof = prof.for_cache(cfg.cache if cfg.cache_explicit else None)
+            prof = load_engine_profile(embedded.engine, embedded.cache)
             target = prof.cache_target()
             model = resolve_model(prof.model, cfg.model_path, **geometry)
-            batched = prof.token_budget
+            batched, front = prof.token_budget, prof.encoder_budget
         else:
             target = get_target(cfg.cache)
             model = resolve_model(cfg.model, cfg.model_path, **geometry)
@@ -219,7 +219,7 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: bool = False
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
     capacity = target.default_capacity if cfg.cache_gb is None else cfg.cache_gb
-    front = front_budget(target, model, cfg.encoder_budget, batched)
+    front = front_budget(target, model, front, batched)
     return ImageTracker(model, target, capacity, encoder, front), None
 
 

@@ -52,6 +52,7 @@ class BenchConfig:
     cache: str = "dynamo-embedding"
     cache_explicit: bool = False  # --cache given (the embedded simulator then runs it)
     encoder_budget: int | None = None  # a two-tier target's front in tokens; None: vLLM's rule
+    metrics_url: str | None = None  # where the cache counters are scraped; None: the server's
     model_path: str | None = None
     geometry: dict[str, int] = field(default_factory=dict)
     sim_args: list[str] = field(default_factory=list)
@@ -110,6 +111,14 @@ def validate_config(cfg: BenchConfig) -> None:
         raise UserError("--fixed-schedule needs single_turn or multi_turn timestamps")
     if cfg.arrival not in ("poisson", "constant"):
         raise UserError("--arrival must be poisson or constant")
+    if cfg.metrics_url is not None:
+        from ..errors import SpecError
+
+        if not cfg.url:
+            raise SpecError("metrics_url", "needs url (the embedded simulator's counters are "
+                                           "its own)")
+        if not cfg.metrics_url.startswith(("http://", "https://")):
+            raise SpecError("metrics_url", "must start with http:// or https://")
     from ..io.atomic import check_not_input
     from ..metrics import EXPORT_NAME, RECORDS_NAME
 
@@ -296,7 +305,7 @@ def _session(cfg: BenchConfig, url: str, embedded: bool) -> _Session:
     ctx = Context(client=client, path=target.path_for(ENDPOINT_PATHS[cfg.endpoint_type]),
                   body_cfg=body_cfg, encoder=encoder, source=source, sched=sched,
                   multi_turn=fmt == "multi_turn")
-    tracker, note = prediction_setup(cfg, encoder, embedded)
+    tracker, note = prediction_setup(cfg, encoder, simulator_spec(cfg) if embedded else None)
     if tracker is not None:
         ctx.on_start = tracker.on_start
     return _Session(cfg, fmt, encoder, source, sched, client, ctx, count, tracker, note)
@@ -316,13 +325,22 @@ def _start(s: _Session, stop: Any, tasks: list) -> int:
     return n_workers
 
 
+def _target_metrics(s: _Session) -> dict:
+    """The counter names of the cache the run predicts (they pick the scraped family)."""
+    if s.tracker is not None:
+        return s.tracker.target.metrics
+    from ..caches import get_target
+
+    return get_target(s.cfg.cache).metrics
+
+
 async def _drive(s: _Session, url: str) -> _Drive:
     """Run every request with progress, /metrics sampling and Ctrl-C / SIGTERM handling."""
     cfg = s.cfg
     tasks: list[asyncio.Future] = []
     stop = _Stopper(asyncio.get_running_loop(), s.sched, s.ctx, tasks, cfg.grace_period)
     with stop.installed():  # Ctrl-C and SIGTERM from here on: a partial export, never none
-        sampler = MetricsSampler(url, cfg.metrics_interval, quiet=cfg.quiet)
+        sampler = MetricsSampler(cfg.metrics_url or url, cfg.metrics_interval, quiet=cfg.quiet)
         before = await stop.guard(sampler.start())
         wall_offset = time.time_ns() - time.perf_counter_ns()
         total = None if s.count is None else s.count + cfg.warmup_request_count
@@ -387,7 +405,8 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
                           run_info=_run_info(s, url, d, embedded, scale),
                           was_cancelled=d.cancelled or s.ctx.fatal is not None,
                           wall_offset_ns=d.wall_offset, predicted=predicted,
-                          scraped=counter_delta(d.before, d.after), wall_span_ns=span)
+                          scraped=counter_delta(d.before, d.after, _target_metrics(s)),
+                          wall_span_ns=span)
     export["server_metrics_timeseries"] = d.sampler.series(
         min(prof_starts) if prof_starts else None, scale)
     if cfg.goodput:

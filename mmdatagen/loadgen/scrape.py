@@ -30,6 +30,9 @@ COUNTERS: dict[str, str] = {
     "vllm:mm_cache_hits_total": "vllm_hits", "vllm:mm_cache_hits": "vllm_hits",
     "dynamo_component_embedding_cache_hits_total": "dynamo_hits",
     "dynamo_component_embedding_cache_misses_total": "dynamo_misses",
+    "dynamo_component_embedding_cache_evictions_total": "dynamo_evictions",
+    "mmdatagen_sim_embedding_cache_evictions_total": "sim_evictions",
+    "mmdatagen_sim_encoder_cache_hits_total": "sim_encoder_hits",
 }
 GAUGES: dict[str, str] = {
     "mmdatagen_sim_requests_running": "running", "vllm:num_requests_running": "running",
@@ -37,10 +40,15 @@ GAUGES: dict[str, str] = {
     "mmdatagen_sim_requests_waiting": "waiting", "vllm:num_requests_waiting": "waiting",
     "dynamo_frontend_queued_requests": "waiting",
 }
-# (source label, hits key, misses key or None, queries key or None), first present wins
-FAMILIES = (("simulator /metrics", "sim_hits", "sim_misses", None),
-            ("vllm:mm_cache_*", "vllm_hits", None, "vllm_queries"),
-            ("dynamo_component_embedding_cache_*", "dynamo_hits", "dynamo_misses", None))
+# (source label, hits key, misses key or None, queries key or None, evictions key or None):
+# the run's cache target names its family; otherwise the first present wins
+FAMILIES = (("simulator /metrics", "sim_hits", "sim_misses", None, "sim_evictions"),
+            ("vllm:mm_cache_*", "vllm_hits", None, "vllm_queries", None),
+            ("dynamo_component_embedding_cache_*", "dynamo_hits", "dynamo_misses", None,
+             "dynamo_evictions"))
+#: a target's counter names (``CacheTarget.metrics``) -> the family that reports them
+FAMILY_OF = {"vllm:mm_cache_hits_total": "vllm:mm_cache_*",
+             "dynamo_component_embedding_cache_hits_total": "dynamo_component_embedding_cache_*"}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -93,16 +101,34 @@ async def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float] | N
 
 
 def _family(d: dict) -> tuple[str, float, float] | None:
-    for src, hk, mk, qk in FAMILIES:
+    """The first family present: (source, hits, queries)."""
+    fams = _families(d)
+    if not fams:
+        return None
+    src, fam = next(iter(fams.items()))
+    return src, fam["hits"], fam["queries"]
+
+
+def _families(d: dict) -> dict[str, dict]:
+    """Every counter family present in ``d``: hits, queries (and evictions where counted)."""
+    out = {}
+    for src, hk, mk, qk, ek in FAMILIES:
         if hk in d:
             hits = d[hk]
             queries = d.get(qk, 0.0) if qk else hits + d.get(mk, 0.0)
-            return src, hits, queries
-    return None
+            fam = {"hits": int(hits), "queries": int(queries)}
+            if ek is not None:
+                fam["evictions"] = int(d.get(ek, 0.0))
+            out[src] = fam
+    return out
 
 
-def counter_delta(before: dict | None, after: dict | None) -> dict | None:
-    """Hits/queries over the run from two scrapes, from the first counter family present.
+def counter_delta(before: dict | None, after: dict | None,
+                  target_metrics: dict | None = None) -> dict | None:
+    """Hits/queries over the run from two scrapes: the family of the run's cache target
+    (``target_metrics``: its counter names; a plain vLLM with Dynamo's connector shows both
+    vLLM's processor cache and Dynamo's), else the first family present. Every family's
+    deltas are kept under ``families``.
 
     ``before`` may be empty (labelled counters appear only after their first increment);
     None means the scrape failed.
@@ -110,13 +136,20 @@ def counter_delta(before: dict | None, after: dict | None) -> dict | None:
     if before is None or not after:
         return None
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-    fam = _family(d)
-    if fam is None:
+    fams = _families(d)
+    if not fams:
         return None
-    src, hits, queries = fam
-    return {"source": src, "hits": int(hits), "queries": int(queries),
-            "hit_rate": hits / queries if queries else None,
-            "note": "includes warmup requests and any other traffic"}
+    wanted = FAMILY_OF.get((target_metrics or {}).get("hits", ""))
+    src = wanted if wanted in fams else next(iter(fams))
+    fam = fams[src]
+    out = {"source": src, **fam,
+           "hit_rate": fam["hits"] / fam["queries"] if fam["queries"] else None,
+           "note": "includes warmup requests and any other traffic"}
+    if "sim_encoder_hits" in d:
+        out["encoder_hits"] = int(d["sim_encoder_hits"])
+    if len(fams) > 1:
+        out["families"] = fams
+    return out
 
 
 class MetricsSampler:

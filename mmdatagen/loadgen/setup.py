@@ -18,7 +18,8 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
                  profile: str | None = None, sim_args: tuple[str, ...] = (),
                  goodput: tuple[str, ...] = (), cache: str | None = None,
                  geometry: Geometry | None = None,
-                 encoder_budget: int | None = None) -> BenchConfig:
+                 encoder_budget: int | None = None,
+                 metrics_url: str | None = None) -> BenchConfig:
     """One run's resolved config (the simulator's model name when no ``--model`` is given)."""
     from .goodput import parse_slos
     from .payload import parse_extra_inputs, parse_headers
@@ -46,7 +47,7 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
         goodput=parse_slos(goodput), metrics_interval=load.metrics_interval,
         max_response_bytes=int(load.max_response_mb * (1 << 20)),
         cache=cache or DEFAULT_TARGET, cache_explicit=cache is not None,
-        encoder_budget=encoder_budget,
+        encoder_budget=encoder_budget, metrics_url=metrics_url,
         model_path=None if geometry is None or geometry.model_path is None
         else str(geometry.model_path),
         geometry={} if geometry is None else geometry.values())

@@ -101,6 +101,10 @@ class BenchTarget:
 
     url: str | None = option(None, "--url", "Server base URL; omit to run the embedded "
                              "simulator.")
+    metrics_url: str | None = option(None, "--metrics-url", "Base URL whose /metrics holds the "
+                                     "cache counters (default: --url). Dynamo's whole stack: "
+                                     "the worker's system port (DYN_SYSTEM_PORT), not the "
+                                     "frontend's.")
     output_dir: Path = option(Path("artifacts/bench"), "--output-dir", "Folder of the exports.",
                               kind=Path, aliases=("--output-artifact-dir", "--artifact-dir"))
 
