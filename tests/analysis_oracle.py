@@ -90,13 +90,15 @@ def replay_two_tier(rows: Sequence[Sequence], tokens: dict, entry_bytes: dict, b
       order, a repeated item at its last occurrence;
     - connector (asked on an encoder-cache miss): a byte LRU; present = a hit, refreshed; absent
       = a miss, saved (least recent evicted until it fits; larger than the capacity: not saved).
-    Returns the encoder-cache hits and the connector's hits, misses and evictions."""
+    Returns the encoder-cache hits and the connector's hits, misses and evictions, and the
+    connector's hits per row (``per_row``)."""
     held: OrderedDict = OrderedDict()  # encoder cache: key -> tokens, release order
     lru: OrderedDict = OrderedDict()
     used = 0
-    out = {"encoder_hits": 0, "hits": 0, "misses": 0, "evictions": 0}
+    out: dict = {"encoder_hits": 0, "hits": 0, "misses": 0, "evictions": 0, "per_row": []}
     for row in rows:
         in_use: list = []
+        out["per_row"].append(out["hits"])
         for key in row:
             if key in held:
                 out["encoder_hits"] += 1
@@ -123,6 +125,7 @@ def replay_two_tier(rows: Sequence[Sequence], tokens: dict, entry_bytes: dict, b
                 out["evictions"] += 1
             lru[key] = size
             used += size
+        out["per_row"][-1] = out["hits"] - out["per_row"][-1]
         last = {key: i for i, key in enumerate(row)}
         for key in sorted(in_use, key=last.__getitem__):  # released in input order, a repeated
             held.move_to_end(key)                        # item at its last occurrence

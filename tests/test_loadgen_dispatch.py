@@ -129,10 +129,16 @@ def test_predicted_hits_from_dispatch_order(stub, tmp_path):
         urls.append("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
     rows = [{"text": "q", "image": urls[i % 2]} for i in range(6)] + [{"text": "no image"}]
     path = write_jsonl(tmp_path / "d.jsonl", rows)
+    # vLLM's encoder cache in front of Dynamo's holds one of the two alternating images: every
+    # reference reaches Dynamo's tier
     res = run_bench(bench_config(path, stub.url, tmp_path / "out", predict=True,
-                                 model="qwen3-vl-30b-a3b", cache_gb=1.0))
+                                 model="qwen3-vl-30b-a3b", cache_gb=1.0, encoder_budget=64))
     pred = res.export["image_cache"]["predicted"]
     assert pred["references"] == 6 and pred["hits"] == 4 and pred["misses"] == 2
+    wide = run_bench(bench_config(path, stub.url, tmp_path / "out4", predict=True,
+                                  model="qwen3-vl-30b-a3b", cache_gb=1.0, encoder_budget=128))
+    pred = wide.export["image_cache"]["predicted"]  # now both stay in the front: 4 never ask
+    assert pred["references"] == 2 and pred["hits"] == 0
     assert sum(r.predicted_hits or 0 for r in res.records) == 4
     tiny = run_bench(bench_config(path, stub.url, tmp_path / "out2", predict=True,
                                   model="qwen3-vl-30b-a3b", cache_gb=1e-9))

@@ -153,21 +153,23 @@ def test_virtual_sweep_writes_json_csv_report_and_resumes(tmp_path, run_cli):
     out = tmp_path / "sw"
     args = ("sweep", "--input-file", data, "--virtual", "--concurrency", "1,4",
             "--cache-gb", "0,1", "--repeats", "2", "--extra-inputs", "max_tokens:8",
-            "--goodput", "ttft:1000", "e2el:100000", "--output-dir", out)
+            "--goodput", "ttft:1000", "e2el:100000", "--output-dir", out,
+            # vLLM's encoder cache in front of Dynamo's holds one image: repeats reach Dynamo
+            "--sim-param", "encoder_budget=64")
     res = run_cli(*args)
     assert res.exit_code == 0, res.output
     doc = orjson.loads((out / "sweep.json").read_bytes())
     assert [p["name"] for p in doc["points"]] == [
-        "concurrency-1_cache_gb-0", "concurrency-1_cache_gb-1", "concurrency-4_cache_gb-0",
-        "concurrency-4_cache_gb-1"]
+        "concurrency-1_cache_gb-0_encoder_budget-64", "concurrency-1_cache_gb-1_encoder_budget-64", "concurrency-4_cache_gb-0_encoder_budget-64",
+        "concurrency-4_cache_gb-1_encoder_budget-64"]
     assert doc["goodput_slos"] == {"time_to_first_token": 1000.0, "request_latency": 100000.0}
     by = {p["name"]: p for p in doc["points"]}
     # 24 requests over 4 distinct images: cache off never hits, 1 GiB hits all but 4
-    assert by["concurrency-1_cache_gb-0"]["summary"]["hit_rate"]["mean"] == 0.0
-    assert by["concurrency-1_cache_gb-1"]["summary"]["hit_rate"]["mean"] == pytest.approx(20 / 24)
-    assert by["concurrency-1_cache_gb-1"]["summary"]["predicted_hit_rate"]["mean"] == \
+    assert by["concurrency-1_cache_gb-0_encoder_budget-64"]["summary"]["hit_rate"]["mean"] == 0.0
+    assert by["concurrency-1_cache_gb-1_encoder_budget-64"]["summary"]["hit_rate"]["mean"] == pytest.approx(20 / 24)
+    assert by["concurrency-1_cache_gb-1_encoder_budget-64"]["summary"]["predicted_hit_rate"]["mean"] == \
         pytest.approx(20 / 24)
-    s = by["concurrency-4_cache_gb-1"]["summary"]["output_token_throughput"]
+    s = by["concurrency-4_cache_gb-1_encoder_budget-64"]["summary"]["output_token_throughput"]
     assert s["n"] == 2 and s["ci95_half"] is not None
     rows = list(csv.DictReader(io.StringIO((out / "sweep.csv").read_text())))
     assert len(rows) == 8 and {r["repeat"] for r in rows} == {"1", "2"}
@@ -202,7 +204,8 @@ def test_embedded_sweep_fresh_server_per_run(tmp_path, run_cli):
     out = tmp_path / "sw"
     res = run_cli("sweep", "--input-file", data, "--profile", "zero-delay", "--concurrency",
                   "2", "--repeats", "2", "--sim-param", "max_running=1,4", "--extra-inputs",
-                  "max_tokens:4", "--metrics-interval", "0.05", "--output-dir", out, "-q")
+                  "max_tokens:4", "--metrics-interval", "0.05", "--output-dir", out, "-q",
+                  "--sim-arg=--encoder-budget=64")  # the encoder cache in front: one image
     assert res.exit_code == 0, res.output
     doc = orjson.loads((out / "sweep.json").read_bytes())
     assert doc["target"].startswith("embedded simulator (fresh server per run")

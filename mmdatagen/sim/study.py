@@ -154,6 +154,10 @@ def _sweep(dataset: Path, prof: Profile, sizes: list[float], run: VirtualRun, kw
 
 def cache_line(cache: dict) -> str:
     q = max(1, cache["queries"])
-    return (f"embedding cache: {cache['hits']}/{cache['queries']} hits "
+    line = (f"embedding cache: {cache['hits']}/{cache['queries']} hits "
             f"({cache['hits'] / q:.1%}), {cache['evictions']} evictions, {cache['entries']} "
             "entries held (simulated)")
+    if "encoder_hits" in cache:  # a two-tier target: what the front served never reached it
+        line += (f"; {cache['encoder_hits']} served first by vLLM's encoder cache, "
+                 f"{cache['encoder_runs']} encoder runs")
+    return line

@@ -356,6 +356,9 @@ def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], *
         row = {"cache_gb": gb,
                "hit_rate": 100.0 * sum(r.image_hits for r in prof) / refs if refs else None,
                "ttft_p50": (ex.get("time_to_first_token") or {}).get("p50")}
+        counters = res.engine.cache.counters() if res.engine is not None else {}
+        if "encoder_hits" in counters:  # two tiers: the front's hits (whole run) beside
+            row["encoder_hits"] = counters["encoder_hits"]
         for tag in ("output_token_throughput", "time_to_first_token", "inter_token_latency",
                     "request_latency"):
             row[tag] = (ex.get(tag) or {}).get("avg")
@@ -365,9 +368,12 @@ def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], *
 
 def sweep_table(rows: list[dict]) -> str:
     """Plain-text table of :func:`sweep_cache` rows."""
-    head = [h for _, h in SWEEP_COLUMNS]
-    body = [[("-" if r[k] is None else f"{r[k]:,.2f}" if k != "cache_gb" else f"{r[k]:g}")
-             for k, _ in SWEEP_COLUMNS] for r in rows]
+    cols = SWEEP_COLUMNS
+    if rows and "encoder_hits" in rows[0]:
+        cols = (*cols[:2], ("encoder_hits", "Encoder-cache hits"), *cols[2:])
+    head = [h for _, h in cols]
+    body = [[("-" if r[k] is None else f"{r[k]:,.2f}" if k not in ("cache_gb", "encoder_hits")
+              else f"{r[k]:g}") for k, _ in cols] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [head, *body]]
     lines.insert(1, "  ".join("-" * w for w in widths))
