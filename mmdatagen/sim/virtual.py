@@ -368,7 +368,7 @@ def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], *
 
 def sweep_table(rows: list[dict]) -> str:
     """Plain-text table of :func:`sweep_cache` rows."""
-    cols = SWEEP_COLUMNS
+    cols: tuple[tuple[str, str], ...] = SWEEP_COLUMNS
     if rows and "encoder_hits" in rows[0]:
         cols = (*cols[:2], ("encoder_hits", "Encoder-cache hits"), *cols[2:])
     head = [h for _, h in cols]
