@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arrivals import Pacer
+from ..arrivals import make_pacer
 from ..errors import DatasetError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
@@ -32,13 +32,15 @@ class Scheduler:
     """Tickets: phase per request, the warmup barrier, rate pacing, count/duration/stop limits."""
 
     def __init__(self, *, warmup: int, count: int | None, rate: float | None = None,
-                 arrival: str = "poisson", duration_s: float | None = None, seed: int = 0) -> None:
+                 arrival: str = "poisson", duration_s: float | None = None, seed: int = 0,
+                 burstiness: float = 1.0, ramp_to: float | None = None) -> None:
         self.warmup = warmup
         self.count = count
         self.rate = rate
         self.arrival = arrival
         self.duration_s = duration_s
-        self.pacer = Pacer(rate, arrival, seed) if rate else None
+        self.pacer = make_pacer(rate, arrival, seed, burstiness=burstiness, ramp_to=ramp_to,
+                                duration_s=duration_s, count=count)
         self.issued = 0
         self.warm_issued = 0
         self.warm_done = 0

@@ -42,6 +42,8 @@ class BenchConfig:
     output_dir: Path = Path("artifacts/bench")
     request_rate: float | None = None
     arrival: str = "poisson"
+    burstiness: float = 1.0  # gamma's shape (--arrival gamma)
+    ramp_to: float | None = None  # the rate a linear ramp ends at
     benchmark_duration: float | None = None
     request_timeout: float = 600.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -109,8 +111,13 @@ def validate_config(cfg: BenchConfig) -> None:
         raise UserError("--fixed-schedule takes no warmup, --request-rate or --benchmark-duration")
     if cfg.fixed_schedule and cfg.dataset_type == "random_pool":
         raise UserError("--fixed-schedule needs single_turn or multi_turn timestamps")
-    if cfg.arrival not in ("poisson", "constant"):
-        raise UserError("--arrival must be poisson or constant")
+    from ..spec.common import check_arrivals
+
+    check_arrivals(cfg.arrival, cfg.burstiness, cfg.request_rate, cfg.ramp_to)
+    if cfg.ramp_to is not None and not (cfg.benchmark_duration or cfg.request_count
+                                        or cfg.dataset_type != "random_pool"):
+        raise UserError("--ramp-to needs --benchmark-duration or --request-count with a "
+                        "random_pool dataset (the span of the ramp)")
     if cfg.metrics_url is not None:
         from ..errors import SpecError
 
@@ -294,7 +301,8 @@ def _session(cfg: BenchConfig, url: str, embedded: bool) -> _Session:
     if fmt == "random_pool" and count is None and cfg.benchmark_duration is None:
         count = len(source._pool or ())  # one draw per pool entry by default
     sched = Scheduler(warmup=cfg.warmup_request_count, count=count, rate=cfg.request_rate,
-                      arrival=cfg.arrival, duration_s=cfg.benchmark_duration, seed=cfg.seed)
+                      arrival=cfg.arrival, duration_s=cfg.benchmark_duration, seed=cfg.seed,
+                      burstiness=cfg.burstiness, ramp_to=cfg.ramp_to)
     headers = dict(cfg.headers)
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"

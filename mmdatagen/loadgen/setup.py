@@ -38,6 +38,7 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
         warmup_request_count=load.warmup_request_count,
         extra_inputs=parse_extra_inputs(load.extra_inputs), streaming=load.streaming,
         output_dir=output_dir, request_rate=load.request_rate, arrival=load.arrival,
+        burstiness=load.burstiness, ramp_to=load.ramp_to,
         benchmark_duration=load.benchmark_duration, request_timeout=load.request_timeout,
         headers=parse_headers(load.headers), api_key=load.api_key,
         endpoint_type=load.endpoint_type, profile=profile, cache_gb=cache_gb,

@@ -236,7 +236,8 @@ def run_virtual(bc: BenchConfig, prof: Profile, predicted: dict[str, Any] | None
     concurrency = bc.concurrency or (1024 if bc.request_rate else 1)
     res = run_simulation(Path(bc.input_file), prof, _capacity(prof, bc.cache_gb), concurrency,
                          bc.request_count, bc.warmup_request_count, policy, bc.streaming,
-                         bc.request_rate, bc.arrival, bc.seed)
+                         bc.request_rate, bc.arrival, bc.seed, burstiness=bc.burstiness,
+                         ramp_to=bc.ramp_to)
     assert res.engine is not None, "run_simulation returns its engine"
     config = bc.public()
     config["mode"] = "virtual"

@@ -93,6 +93,7 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
     kw = dict(concurrency=concurrency, warmup_count=run.warmup_request_count,
               policy=output_policy(extra), streaming=run.streaming,
               request_rate=run.request_rate, arrival=run.arrival, seed=run.seed,
+              burstiness=run.burstiness, ramp_to=run.ramp_to,
               model=engine_model(prof, geometry))
     if sweep.sweep_cache_gb is not None:
         return Study(sweep=_sweep(Path(dataset), prof, sweep_sizes(sweep.sweep_cache_gb),
@@ -110,7 +111,8 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
         else cache.embedding_cache_gb
     res = run_simulation(dataset, prof, capacity, concurrency, run.request_count,
                          run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
-                         run.arrival, run.seed, model=kw["model"])
+                         run.arrival, run.seed, model=kw["model"], burstiness=run.burstiness,
+                         ramp_to=run.ramp_to)
     engine = res.engine
     assert engine is not None  # a run always has its engine
     counters = engine.cache.counters()
@@ -121,6 +123,8 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
               "concurrency": concurrency,
               "request_rate": run.request_rate,
               "arrival": run.arrival if run.request_rate else None,
+              "burstiness": run.burstiness if run.arrival == "gamma" else None,
+              "ramp_to": run.ramp_to,
               "request_count": run.request_count,
               "warmup_request_count": run.warmup_request_count,
               "extra_inputs": extra, "streaming": run.streaming}

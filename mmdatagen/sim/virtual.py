@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arrivals import Pacer
+from ..arrivals import Pacer, make_pacer
 from ..errors import DatasetError, UserError
 from ..io.readers import Turn, detect_format, iter_turns
 from ..sessions import Cycle, epoch_label, group_rows, row_key, row_label
@@ -301,14 +301,15 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
              request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
              streaming: bool = True, wrap: bool = True, request_rate: float | None = None,
              arrival: str = "poisson", seed: int = 0,
-             model: VisionModel | None = None) -> SimResult:
+             model: VisionModel | None = None, burstiness: float = 1.0,
+             ramp_to: float | None = None) -> SimResult:
     """Run warmup then profiling in virtual time; returns metrics RequestRecords.
 
     ``wrap``: cycle through the sessions again when the request count exceeds one pass
     (otherwise slots retire when the sessions run out, and a session always completes).
-    ``request_rate``: profiling requests start on a paced schedule (poisson or constant, seeded
-    like the loader's: ``arrivals.Pacer``), each taken by the first free slot; ``concurrency``
-    is then a cap.
+    ``request_rate``: profiling requests start on a paced schedule (poisson, constant or gamma,
+    optionally ramped to ``ramp_to``, seeded like the loader's: ``arrivals.Pacer``), each taken
+    by the first free slot; ``concurrency`` is then a cap.
     """
     from ..spec.base import check_values
     from ..spec.sim import VirtualRun
@@ -319,7 +320,8 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
     policy.check(turns, profile)
     run = _VirtualRun(turns, profile, cache_gb, concurrency, policy, streaming, wrap, model)
     run.run_phase("warmup", warmup_count, None)
-    pacer = None if request_rate is None else Pacer(request_rate, arrival, seed, unit=1000.0)
+    pacer = make_pacer(request_rate, arrival, seed, unit=1000.0, burstiness=burstiness,
+                       ramp_to=ramp_to, count=request_count)
     run.run_phase("profiling", request_count, pacer)
     return SimResult(run.records, run.eng, run.t)
 
@@ -328,13 +330,15 @@ def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency
                    request_count: int | None, warmup_count: int, policy: OutputPolicy,
                    streaming: bool = True, request_rate: float | None = None,
                    arrival: str = "poisson", seed: int = 0,
-                   model: VisionModel | None = None) -> SimResult:
+                   model: VisionModel | None = None, burstiness: float = 1.0,
+                   ramp_to: float | None = None) -> SimResult:
     """``request_count`` None: one pass over the dataset (every session completes)."""
     turns = load_turns(dataset, profile, model)
     return simulate(turns, profile, cache_gb, concurrency,
                     request_count if request_count else len(turns), warmup_count, policy,
                     streaming, wrap=request_count is not None, request_rate=request_rate,
-                    arrival=arrival, seed=seed, model=model)
+                    arrival=arrival, seed=seed, model=model, burstiness=burstiness,
+                    ramp_to=ramp_to)
 
 
 SWEEP_COLUMNS = (("cache_gb", "Cache GiB"), ("hit_rate", "Hit rate %"),

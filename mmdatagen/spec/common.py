@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import SpecError
 from .base import option
 
 SEED_MAX = 2**63 - 1
@@ -38,8 +39,31 @@ def request_rate() -> Any:
 
 
 def arrival() -> Any:
-    return option("poisson", "--arrival", "Arrival process with --request-rate.",
-                  choices=("poisson", "constant"), aliases=("--arrival-pattern",))
+    return option("poisson", "--arrival", "Arrival process with --request-rate: poisson, "
+                  "constant, or gamma (shape --burstiness).",
+                  choices=("poisson", "constant", "gamma"), aliases=("--arrival-pattern",))
+
+
+def burstiness() -> Any:
+    return option(1.0, "--burstiness", "Shape of the gamma inter-arrival gaps (--arrival "
+                  "gamma; vLLM's meaning): below 1 burstier than Poisson, 1 Poisson, above 1 "
+                  "more regular. The mean gap stays 1/rate.", min=0, min_open=True, max=1e6)
+
+
+def ramp_to() -> Any:
+    return option(None, "--ramp-to", "Raise (or lower) the request rate linearly from "
+                  "--request-rate to this rate over the benchmark duration (without "
+                  "--benchmark-duration: the time the request count takes at the mean rate).",
+                  kind=float, min=0, min_open=True, max=1e6)
+
+
+def check_arrivals(arrival: str, burstiness: float, request_rate: float | None,
+                   ramp_to: float | None) -> None:
+    """The arrival options that only make sense together."""
+    if burstiness != 1.0 and arrival != "gamma":
+        raise SpecError("burstiness", "needs --arrival gamma")
+    if ramp_to is not None and request_rate is None:
+        raise SpecError("ramp_to", "needs --request-rate (the rate the ramp starts from)")
 
 
 def request_count(help: str = "Profiling requests (default: one pass over the dataset).") -> Any:

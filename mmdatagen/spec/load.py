@@ -41,6 +41,8 @@ class Load:
     streaming: bool = common.streaming()
     request_rate: float | None = common.request_rate()
     arrival: Arrival = common.arrival()
+    burstiness: float = common.burstiness()
+    ramp_to: float | None = common.ramp_to()
     fixed_schedule: bool = option(False, "--fixed-schedule", "Send each row at its 'timestamp' "
                                   "(ms after the first row's).", is_flag=True)
     benchmark_duration: float | None = option(None, "--benchmark-duration", "Stop issuing after "
@@ -77,6 +79,7 @@ class Load:
                                      max=86400)
 
     def check(self) -> None:
+        common.check_arrivals(self.arrival, self.burstiness, self.request_rate, self.ramp_to)
         if self.fixed_schedule and (self.warmup_request_count or self.request_rate
                                     or self.benchmark_duration):
             raise SpecError("fixed_schedule", "takes no warmup, --request-rate or "

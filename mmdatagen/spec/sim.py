@@ -76,6 +76,8 @@ class VirtualRun:
                                                  "default 1024).")
     request_rate: float | None = common.request_rate()
     arrival: str = common.arrival()
+    burstiness: float = common.burstiness()
+    ramp_to: float | None = common.ramp_to()
     seed: int = common.seed("Seed of the poisson arrivals (the loader's default draws the same "
                             "gaps).")
     request_count: int | None = common.request_count("Profiling requests (default: rows).")
@@ -86,6 +88,9 @@ class VirtualRun:
     output_dir: Path | None = option(None, "--output-dir", "Write profile_export_mmdatagen.json "
                                      "and records.jsonl here.", kind=Path)
     quiet: bool = common.quiet("No table.")
+
+    def check(self) -> None:
+        common.check_arrivals(self.arrival, self.burstiness, self.request_rate, self.ramp_to)
 
 
 @dataclass(frozen=True)
