@@ -28,6 +28,10 @@ Item = tuple[Hashable, int]
 # Where the simulator publishes the order of its cache events per X-Request-ID, so that a loader
 # can replay them through the same model and predict its cache exactly.
 TIMELINE_PATH = "/mmdatagen/cache_timeline"
+# Cache-reset endpoints, as a client tries them before a run: vLLM's (served under its dev mode,
+# VLLM_SERVER_DEV_MODE=1) and the simulator's own, which clears every tier
+RESET_PATHS = ("/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache",
+               "/mmdatagen/reset_cache")
 
 
 class CacheModel:
@@ -52,6 +56,14 @@ class CacheModel:
 
     def abort(self, rid: Hashable) -> None:
         """The request went away before its later moment: default, nothing is kept for it."""
+
+    def clear(self) -> None:
+        """Drop every entry (a server's cache reset); the counters go on."""
+        self._clear()
+        self.used = 0
+
+    def _clear(self) -> None:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -124,6 +136,10 @@ class OrderedCache(CacheModel):
     def finish(self, rid: Hashable) -> None:
         for key, size in self._pending.pop(rid, ()):
             self.insert(key, size)
+
+    def _clear(self) -> None:
+        self._data.clear()
+        self._pending.clear()
 
     def abort(self, rid: Hashable) -> None:
         self._pending.pop(rid, None)  # never encoded or completed: nothing becomes present
@@ -224,6 +240,11 @@ class FreeableCache(CacheModel):
     def abort(self, rid: Hashable) -> None:
         self.finish(rid)  # an aborted request releases its entries
 
+    def _clear(self) -> None:
+        for d in (self._size, self._users, self._freeable, self._held):
+            d.clear()
+        self._freeable_total = 0
+
 
 class TieredCache(CacheModel):
     """Dynamo's aggregated embedding cache as deployed: a vLLM EC connector consulted only when
@@ -286,6 +307,15 @@ class TieredCache(CacheModel):
 
     def abort(self, rid: Hashable) -> None:
         self.front.abort(rid)
+
+    def _clear(self) -> None:
+        self.front.clear()
+        self.back.clear()
+
+    def clear_front(self) -> None:
+        """vLLM's encoder-cache reset: the front only (no endpoint of vLLM's resets the
+        connector's LRU; a restart does)."""
+        self.front.clear()
 
     def counters(self) -> dict[str, int]:
         out = super().counters()

@@ -55,6 +55,7 @@ class BenchConfig:
     cache_explicit: bool = False  # --cache given (the embedded simulator then runs it)
     encoder_budget: int | None = None  # a two-tier target's front in tokens; None: vLLM's rule
     metrics_url: str | None = None  # where the cache counters are scraped; None: the server's
+    reset_cache: bool = False  # --reset-cache: the server's caches emptied before warmup
     model_path: str | None = None
     geometry: dict[str, int] = field(default_factory=dict)
     sim_args: list[str] = field(default_factory=list)
@@ -287,6 +288,7 @@ class _Drive:
     sampler: Any
     n_workers: int
     cancelled: bool
+    reset: dict | None = None  # --reset-cache: what the server's reset endpoints answered
 
 
 def _session(cfg: BenchConfig, url: str, embedded: bool) -> _Session:
@@ -348,6 +350,7 @@ async def _drive(s: _Session, url: str) -> _Drive:
     tasks: list[asyncio.Future] = []
     stop = _Stopper(asyncio.get_running_loop(), s.sched, s.ctx, tasks, cfg.grace_period)
     with stop.installed():  # Ctrl-C and SIGTERM from here on: a partial export, never none
+        reset = await stop.guard(_reset(cfg, url)) if cfg.reset_cache else None
         sampler = MetricsSampler(cfg.metrics_url or url, cfg.metrics_interval, quiet=cfg.quiet)
         before = await stop.guard(sampler.start())
         wall_offset = time.time_ns() - time.perf_counter_ns()
@@ -371,7 +374,19 @@ async def _drive(s: _Session, url: str) -> _Drive:
             with contextlib.suppress(asyncio.TimeoutError):
                 after = await stop.guard(last)
         await sampler.close()  # also when a second signal cut the last scrape short
-    return _Drive(before, after, wall_offset, crashes, sampler, n_workers, stop.cancelled)
+    return _Drive(before, after, wall_offset, crashes, sampler, n_workers, stop.cancelled,
+                  reset)
+
+
+async def _reset(cfg: BenchConfig, url: str) -> dict:
+    """--reset-cache, before warmup; says at once when the server cannot be reset."""
+    from .reset import reset_server_caches
+
+    out = await reset_server_caches(url)
+    if not out["reset"] or not cfg.quiet:
+        print(("" if out["reset"] else "warning: ") + f"--reset-cache: {out['note']}",
+              file=sys.stderr)
+    return out
 
 
 def _run_info(s: _Session, url: str, d: _Drive, embedded: bool, scale: float) -> dict[str, Any]:
@@ -388,6 +403,8 @@ def _run_info(s: _Session, url: str, d: _Drive, embedded: bool, scale: float) ->
     }
     if d.crashes:
         info["worker_crashes"] = [repr(c)[:300] for c in d.crashes]
+    if d.reset is not None:
+        info["cache_reset"] = d.reset
     return info
 
 

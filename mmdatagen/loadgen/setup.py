@@ -48,7 +48,7 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
         goodput=parse_slos(goodput), metrics_interval=load.metrics_interval,
         max_response_bytes=int(load.max_response_mb * (1 << 20)),
         cache=cache or DEFAULT_TARGET, cache_explicit=cache is not None,
-        encoder_budget=encoder_budget, metrics_url=metrics_url,
+        encoder_budget=encoder_budget, metrics_url=metrics_url, reset_cache=load.reset_cache,
         model_path=None if geometry is None or geometry.model_path is None
         else str(geometry.model_path),
         geometry={} if geometry is None else geometry.values())

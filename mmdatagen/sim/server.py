@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 from aiohttp import web
 
-from ..caches import TIMELINE_PATH
+from ..caches import RESET_PATHS, TIMELINE_PATH, TieredCache
 from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimRequest
 from .faults import FaultConfig, FaultInjector, RequestFaults
@@ -147,6 +147,8 @@ class SimServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get(TIMELINE_PATH, self.cache_timeline)
+        for path in RESET_PATHS:
+            app.router.add_post(path, self.reset_cache)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -200,6 +202,23 @@ class SimServer:
         t = self.engine.target
         return web.json_response({"target": t.name, "key": t.key, "present": t.present,
                                   "events": self.timeline})
+
+    async def reset_cache(self, request: web.Request) -> web.Response:
+        """vLLM's dev-mode resets, as vLLM scopes them (the processor cache; the encoder cache,
+        also in front of Dynamo's tier; the prefix cache, which the simulator does not model),
+        and ``/mmdatagen/reset_cache``, every tier."""
+        cache, target = self.engine.cache, self.engine.target
+        what = request.path.rsplit("/", 1)[-1]
+        if what == "reset_cache":
+            cache.clear()
+        elif what == "reset_encoder_cache" and isinstance(cache, TieredCache):
+            cache.clear_front()
+        elif (what == "reset_encoder_cache" and target.entry == "tokens") or (
+                what == "reset_mm_cache" and target.entry == "processor"):
+            cache.clear()
+        if what == "reset_prefix_cache":
+            return web.json_response({"success": True})
+        return web.Response(status=200)
 
     def _record_timeline(self, xid: str | None, sreq: SimRequest) -> None:
         if xid is None or sreq.lookup_seq is None:

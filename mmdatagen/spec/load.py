@@ -73,6 +73,10 @@ class Load:
     seed: int = common.seed("Seed of the arrivals and random_pool draws.")
     no_predict: bool = option(False, "--no-predict", "Skip the predicted cache hits.",
                               is_flag=True)
+    reset_cache: bool = option(False, "--reset-cache", "Empty the server's caches before "
+                               "warmup: vLLM's dev-mode resets (VLLM_SERVER_DEV_MODE=1: "
+                               "prefix, multimodal processor, encoder cache) and the "
+                               "simulator's; says so when the server has none.", is_flag=True)
     quiet: bool = common.quiet("No progress bar and no table.")
     metrics_interval: float = option(1.0, "--metrics-interval", "Seconds between the server's "
                                      "/metrics scrapes during the run.", min=0, min_open=True,
