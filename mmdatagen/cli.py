@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "ab": "mmdatagen.commands.bench:ab",
     "compare": "mmdatagen.commands.bench:compare",
     "merge": "mmdatagen.commands.merge:merge",
+    "merge-runs": "mmdatagen.commands.merge:merge_runs",
     "sweep": "mmdatagen.commands.sweep:sweep",
 }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -136,8 +136,10 @@ def record_line(r: RequestRecord) -> dict[str, Any]:
     return {"metadata": meta, "metrics": metrics, "error": r.error}
 
 
-def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict) -> dict[str, Path]:
-    """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` (by start time) atomically."""
+def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict,
+                  extra: dict[str, Iterable[bytes]] | None = None) -> dict[str, Path]:
+    """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` (by start time) atomically,
+    with ``extra`` files (name -> lines) in the same group."""
     from .errors import UserError
     from .io.atomic import atomic_group
 
@@ -154,6 +156,10 @@ def write_exports(out_dir: Path, records: Sequence[RequestRecord], export: dict)
             for r in sorted(records, key=lambda r: r.start_ns):
                 fh.write(orjson.dumps(record_line(r)))
                 fh.write(b"\n")
+        for name, lines in (extra or {}).items():
+            paths[name] = out_dir / name
+            with open_(paths[name]) as fh:
+                fh.writelines(lines)
     return paths
 
 

@@ -8,6 +8,8 @@ analysis's causal concurrency model (AIPerf's session replay).
 - **Turn order**: a session's turns keep file order.
 - **Wrapping**: a run that needs more sessions than one pass holds starts the sequence again;
   the sessions of pass ``p`` (0-based) are labelled ``label#p`` (pass 0 keeps ``label``).
+- **Sharding**: load worker ``k`` of ``n`` sends the sessions numbered ``k, k+n, ...``
+  (:func:`shard_owns`).
 
 :class:`SessionIndex` applies the rule to rows as they arrive (the loader reads lazily);
 :func:`group_rows` applies it to a whole column (:func:`group_ids`: the same for a numpy column
@@ -31,6 +33,13 @@ def row_key(session_id: str | None, line_no: int, multi_turn: bool = False) -> H
 def row_label(session_id: str | None, line_no: int) -> str:
     """A session's name in records and exports: its id, else ``row_<line>``."""
     return session_id if session_id is not None else f"row_{line_no}"
+
+
+def shard_owns(number: int, index: int, count: int) -> bool:
+    """Whether load worker ``index`` of ``count`` sends session ``number`` (first-appearance
+    order within a pass): sessions are dealt round-robin, never split, so the workers together
+    send every session once per pass, each in its file order."""
+    return number % count == index
 
 
 def epoch_label(label: str, epoch: int) -> str:

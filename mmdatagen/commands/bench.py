@@ -9,7 +9,7 @@ import click
 from ..errors import UserError
 from ..spec.cache import AbCache, BenchCache, Geometry
 from ..spec.cli import make, options
-from ..spec.load import AB_DEFAULTS, AbRuns, BenchTarget, Load
+from ..spec.load import AB_DEFAULTS, AbRuns, BenchTarget, Load, LoadShard
 from .sweep import goodput_option, report_options, write_report
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@options(Load, BenchTarget, BenchCache, Geometry)
+@options(Load, BenchTarget, BenchCache, Geometry, LoadShard)
 @goodput_option
 @report_options
 def bench(**v: Any) -> None:
@@ -30,7 +30,7 @@ def bench(**v: Any) -> None:
     cfg = bench_config(load, url=target.url, cache_gb=cache.cache_gb,
                        output_dir=target.output_dir, goodput=v["goodput"], cache=cache.cache,
                        geometry=make(Geometry, v), encoder_budget=cache.encoder_budget,
-                       metrics_url=target.metrics_url)
+                       metrics_url=target.metrics_url, shard=make(LoadShard, v))
     result = run_bench(cfg)
     if not load.quiet:
         click.echo(result.table)

@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ..spec.cli import make, options
-from ..spec.merge import MergeOutput
+from ..spec.merge import MergeOutput, MergeRunsOutput
+from .sweep import report_options, write_report
 
 
 @click.command()
@@ -30,3 +31,28 @@ def merge(shards: tuple[str, ...], **values: Any) -> None:
     if not out.quiet:
         click.echo(f"merged {result.shards} shards, {result.lines} lines", err=True)
     click.echo(str(result.path))
+
+
+@click.command("merge-runs")
+@click.argument("runs", nargs=-1, type=click.Path(file_okay=False))
+@options(MergeRunsOutput)
+@report_options
+def merge_runs(runs: tuple[str, ...], **values: Any) -> None:
+    """Join the folders of sharded load workers (bench --num-shards N --shard-index K) into one
+    export: records on the server's clock, percentiles over the union, the cache prediction
+    replayed over every worker's requests. Refuses workers of different benchmarks and a
+    missing or repeated shard."""
+    from ..console import console_table
+    from ..loadgen.merge_runs import merge_runs as run_merge_runs
+
+    out = make(MergeRunsOutput, values)
+    result = run_merge_runs([Path(r) for r in runs], Path(out.output_dir), out.force)
+    if not out.quiet:
+        click.echo(console_table(result.export))
+        click.echo(f"\nmerged {result.workers} workers, {len(result.records)} records: "
+                   f"{result.paths['export']}  {result.paths['records']}")
+    if not values["no_report"]:
+        from ..report.html import runs_report
+
+        write_report(runs_report("bench", [("merged", result.export)], "mmdatagen merge-runs"),
+                     Path(out.output_dir), out.quiet, values["png"])

@@ -15,6 +15,7 @@ order the server's cache saw them:
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ class ImageTracker:
     requests: list[_Request] = field(default_factory=list)
     undecodable: int = 0
     counters: dict[str, int] = field(default_factory=dict)  # the cache's, after the replay
+    timeline: dict | None = None  # the simulator's cache events per X-Request-ID, if fetched
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
@@ -250,6 +252,36 @@ def prediction_result(tracker: ImageTracker | None, note: str | None, records: l
         pred["note"] = (f"{tracker.undecodable} images undecodable; sized as "
                         f"{DEFAULT_URL_SIZE[0]}x{DEFAULT_URL_SIZE[1]}")
     return pred
+
+
+CACHE_ITEMS_NAME = "cache_items.jsonl"
+
+
+def item_key(key: Any) -> str:
+    """A cache key as one short string, equal for equal keys in every process (merge-runs joins
+    the items of several workers)."""
+    import blake3
+
+    return blake3.blake3(repr(key).encode()).hexdigest()[:32]
+
+
+def cache_item_lines(tracker: ImageTracker, records: list) -> Iterator[bytes]:
+    """``cache_items.jsonl`` of a sharded worker: a header (the cache, its size in its own
+    unit, the front tier, the model's bytes per token), then each dispatched request's items
+    (key, size) and image count, by dispatch index, with its X-Request-ID and, from the
+    simulator, its cache events (the server's order)."""
+    import orjson
+
+    t = tracker.target
+    yield orjson.dumps({"target": t.name, "cache_size": tracker.capacity,
+                        "front": tracker.front, "bytes_per_token": tracker.model.bytes_per_token,
+                        "model": tracker.model.name}) + b"\n"
+    xid = {r.dispatch_index: r.x_request_id for r in records if r.dispatch_index is not None}
+    for i, req in enumerate(tracker.requests):
+        yield orjson.dumps({"dispatch_index": i, "x_request_id": xid.get(i),
+                            "images": req.images,
+                            "items": [[item_key(k), s] for k, s in req.items],
+                            "seqs": (tracker.timeline or {}).get(xid.get(i))}) + b"\n"
 
 
 async def fetch_timeline(url: str, expected: set[str], timeout: float = 5.0) -> dict | None:

@@ -7,20 +7,35 @@ import re
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..console import console_table
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .failures import DEFAULT_MAX_RESPONSE_BYTES
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
-from .predict import fetch_timeline, prediction_result, prediction_setup
+from .predict import (
+    CACHE_ITEMS_NAME,
+    cache_item_lines,
+    fetch_timeline,
+    prediction_result,
+    prediction_setup,
+)
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
+from .shard import (
+    Shard,
+    file_digest,
+    probe_clock,
+    seconds_to_start,
+    settings_digest,
+    shard_config,
+)
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.IGNORECASE)
 RATE_DEFAULT_CAP = 1024
@@ -56,6 +71,10 @@ class BenchConfig:
     encoder_budget: int | None = None  # a two-tier target's front in tokens; None: vLLM's rule
     metrics_url: str | None = None  # where the cache counters are scraped; None: the server's
     reset_cache: bool = False  # --reset-cache: the server's caches emptied before warmup
+    num_shards: int = 1  # load workers sharing the benchmark (loadgen/shard.py)
+    shard_index: int = 0
+    start_at: float | None = None  # Unix seconds every worker waits for
+    shard_digest: str | None = None  # the undivided benchmark's settings (merge-runs checks)
     model_path: str | None = None
     geometry: dict[str, int] = field(default_factory=dict)
     sim_args: list[str] = field(default_factory=list)
@@ -119,9 +138,10 @@ def validate_config(cfg: BenchConfig) -> None:
                                         or cfg.dataset_type != "random_pool"):
         raise UserError("--ramp-to needs --benchmark-duration or --request-count with a "
                         "random_pool dataset (the span of the ramp)")
+    if not 0 <= cfg.shard_index < cfg.num_shards:
+        raise SpecError("shard_index", f"must be below num_shards ({cfg.num_shards})")
+    seconds_to_start(cfg.start_at)
     if cfg.metrics_url is not None:
-        from ..errors import SpecError
-
         if not cfg.url:
             raise SpecError("metrics_url", "needs url (the embedded simulator's counters are "
                                            "its own)")
@@ -272,6 +292,7 @@ class _Session:
     count: int | None
     tracker: Any = None
     note: str | None = None
+    clock: dict | None = None  # a sharded worker's clock against the server's
 
     def open_turns(self):
         return iter_turns(Path(self.cfg.input_file), self.fmt)
@@ -297,14 +318,15 @@ def _session(cfg: BenchConfig, url: str, embedded: bool) -> _Session:
     fmt = cfg.dataset_type if cfg.dataset_type != "auto" else detect_format(Path(cfg.input_file))
     encoder = ImageEncoder(Path(cfg.input_file).resolve().parent, max_bytes=cfg.image_cache_bytes)
     wrap = cfg.request_count is not None or cfg.benchmark_duration is not None
+    shard = Shard(cfg.shard_index, cfg.num_shards)
     source = SessionSource(lambda: iter_turns(Path(cfg.input_file), fmt), fmt, wrap=wrap,
-                           seed=cfg.seed)
+                           seed=cfg.seed, shard=(shard.index, shard.count))
     count = cfg.request_count
     if fmt == "random_pool" and count is None and cfg.benchmark_duration is None:
         count = len(source._pool or ())  # one draw per pool entry by default
     sched = Scheduler(warmup=cfg.warmup_request_count, count=count, rate=cfg.request_rate,
-                      arrival=cfg.arrival, duration_s=cfg.benchmark_duration, seed=cfg.seed,
-                      burstiness=cfg.burstiness, ramp_to=cfg.ramp_to)
+                      arrival=cfg.arrival, duration_s=cfg.benchmark_duration,
+                      seed=shard.seed(cfg.seed), burstiness=cfg.burstiness, ramp_to=cfg.ramp_to)
     headers = dict(cfg.headers)
     if cfg.api_key:
         headers["Authorization"] = f"Bearer {cfg.api_key}"
@@ -405,7 +427,19 @@ def _run_info(s: _Session, url: str, d: _Drive, embedded: bool, scale: float) ->
         info["worker_crashes"] = [repr(c)[:300] for c in d.crashes]
     if d.reset is not None:
         info["cache_reset"] = d.reset
+    if s.cfg.num_shards > 1:
+        info["shard"] = _shard_info(s, d)
     return info
+
+
+def _shard_info(s: _Session, d: _Drive) -> dict[str, Any]:
+    """What merge-runs needs of a worker: which one, the benchmark it belongs to, its clocks."""
+    cfg = s.cfg
+    return {"index": cfg.shard_index, "count": cfg.num_shards, "start_at": cfg.start_at,
+            "settings_blake3": cfg.shard_digest,
+            "dataset_blake3": file_digest(cfg.input_file), "wall_offset_ns": d.wall_offset,
+            "clock": s.clock, "dispatched": s.ctx.started,
+            "cache_items": CACHE_ITEMS_NAME if s.tracker is not None else None}
 
 
 def _wall_span(records: list, wall_offset: int) -> tuple[int, int] | None:
@@ -425,7 +459,11 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
     timeline = None
     if s.tracker is not None:
         timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
+        s.tracker.timeline = timeline
     predicted = prediction_result(s.tracker, s.note, records, s.ctx.started, timeline)
+    if predicted is not None and cfg.num_shards > 1 and "hits" in predicted:
+        predicted["note"] = ("this worker's requests alone, from a cold cache; the server saw "
+                             "every worker's: merge-runs predicts the whole benchmark")
     export = build_export(records, input_config=cfg.public(),
                           run_info=_run_info(s, url, d, embedded, scale),
                           was_cancelled=d.cancelled or s.ctx.fatal is not None,
@@ -446,9 +484,16 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
 
 async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> BenchResult:
     s = _session(cfg, url, embedded)
+    if cfg.num_shards > 1:
+        s.clock = await probe_clock(url)
+    if cfg.start_at is not None:
+        await asyncio.sleep(seconds_to_start(cfg.start_at))
     d = await _drive(s, url)
     export = await _export(s, url, d, embedded)
-    paths = write_exports(Path(cfg.output_dir), s.ctx.records, export)
+    extra: dict[str, Iterable[bytes]] | None = None
+    if cfg.num_shards > 1 and s.tracker is not None:
+        extra = {CACHE_ITEMS_NAME: cache_item_lines(s.tracker, s.ctx.records)}
+    paths = write_exports(Path(cfg.output_dir), s.ctx.records, export, extra)
     if s.ctx.fatal is not None:
         raise UserError(f"{s.ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")
     return BenchResult(export, s.ctx.records, paths, console_table(export))
@@ -499,8 +544,12 @@ def simulator_spec(cfg: BenchConfig):  # -> spec.sim.Simulator
 
 
 def run_bench(cfg: BenchConfig) -> BenchResult:
-    """Run one benchmark (starting the embedded simulator when ``cfg.url`` is None)."""
+    """Run one benchmark (starting the embedded simulator when ``cfg.url`` is None); a
+    sharded worker runs its share (``loadgen/shard.py``)."""
     validate_config(cfg)
+    if cfg.num_shards > 1:
+        cfg = shard_config(replace(cfg, shard_digest=settings_digest(cfg.public())),
+                           Shard(cfg.shard_index, cfg.num_shards))
     if cfg.url:
         return _run_loop(_run_async(cfg, cfg.url))
     from ..sim.embedded import EmbeddedServer

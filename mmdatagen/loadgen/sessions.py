@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import itertools
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ import numpy as np
 
 from ..errors import DatasetError
 from ..io.readers import Turn
-from ..sessions import SessionIndex, epoch_label, row_key, row_label
+from ..sessions import SessionIndex, epoch_label, row_key, row_label, shard_owns
 
 
 @dataclass
@@ -36,10 +35,13 @@ class SessionSource:
     """Sessions and their next turns, read lazily from ``open_turns()`` (re-opened to wrap)."""
 
     def __init__(self, open_turns: Callable[[], Iterator[Turn]], fmt: str, *,
-                 wrap: bool = False, seed: int = 0) -> None:
+                 wrap: bool = False, seed: int = 0, shard: tuple[int, int] = (0, 1)) -> None:
         self.open_turns = open_turns
         self.fmt = fmt
         self.wrap = wrap
+        self.shard = shard  # (this worker, workers): only its sessions are read into sessions
+        self._mine = 0  # this worker's sessions in the current pass
+        self._draws = 0  # random_pool draws so far, every worker's
         self.passes = 0
         self.rows_read = 0
         self._it: Iterator[Turn] | None = None
@@ -48,7 +50,6 @@ class SessionSource:
         self._index = SessionIndex()
         self._open: dict[int, Session] = {}  # sessions of this pass that may still get rows
         self._new: deque[Session] = deque()
-        self._anon = itertools.count()
         self._pool: list[Turn] | None = None
         self._rng = np.random.default_rng(seed)
         if fmt == "random_pool":
@@ -58,6 +59,10 @@ class SessionSource:
 
     # -- reading -------------------------------------------------------------------------
     def _start_pass(self) -> None:
+        if self.passes and not self._mine:
+            raise DatasetError(f"load worker {self.shard[0]} of {self.shard[1]} has no session "
+                               "to send: the dataset has fewer sessions than workers")
+        self._mine = 0
         self.passes += 1
         self._it = self.open_turns()
         self._eof = False
@@ -81,13 +86,18 @@ class SessionSource:
             return False
         self.rows_read += 1
         number, new = self._index.add(row_key(turn.session_id, turn.line_no, self.multi))
+        mine = shard_owns(number, *self.shard)
         if not new:
-            self._open[number].pending.append(turn)
+            if mine:
+                self._open[number].pending.append(turn)
             return True
         if self.multi:  # a multi_turn line's session is over when the next line starts
             for s in self._open.values():
                 s.complete = True
             self._open.clear()
+        if not mine:
+            return True
+        self._mine += 1
         alone = not self.multi and turn.session_id is None  # a one-row session
         sess = Session(epoch_label(row_label(turn.session_id, turn.line_no), self.passes - 1),
                        str(uuid.uuid4()), complete=alone)
@@ -100,15 +110,24 @@ class SessionSource:
     # -- API -----------------------------------------------------------------------------
     def next_session(self) -> Session | None:
         """The next session to start (first appearance order); None when the data ran out."""
-        if self._pool is not None:
-            i = int(self._rng.integers(len(self._pool)))
+        if self._pool is not None:  # every worker draws the one stream and keeps its share
+            while True:
+                draw = self._draws
+                self._draws += 1
+                i = int(self._rng.integers(len(self._pool)))
+                if shard_owns(draw, *self.shard):
+                    break
             turn = self._pool[i]
-            sess = Session(f"pool_{next(self._anon)}", str(uuid.uuid4()), complete=True)
+            sess = Session(f"pool_{draw}", str(uuid.uuid4()), complete=True)
             sess.pending.append(turn)
             return sess
         while not self._new:
             if not self._read_one():
                 if not self.wrap:
+                    if not self._mine and self.shard[1] > 1:
+                        raise DatasetError(f"load worker {self.shard[0]} of {self.shard[1]} has "
+                                           "no session to send: the dataset has fewer sessions "
+                                           "than workers")
                     return None
                 if self.rows_read == 0:
                     raise DatasetError("the dataset has no rows")

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..caches import DEFAULT_TARGET
 from ..errors import UserError
 from ..spec.cache import AbCache, Geometry
-from ..spec.load import AbRuns, Load
+from ..spec.load import AbRuns, Load, LoadShard
 from .run import BenchConfig, BenchResult, check_config
 
 AB_CONCURRENCY = 64
@@ -19,7 +19,8 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
                  goodput: tuple[str, ...] = (), cache: str | None = None,
                  geometry: Geometry | None = None,
                  encoder_budget: int | None = None,
-                 metrics_url: str | None = None) -> BenchConfig:
+                 metrics_url: str | None = None,
+                 shard: LoadShard | None = None) -> BenchConfig:
     """One run's resolved config (the simulator's model name when no ``--model`` is given)."""
     from .goodput import parse_slos
     from .payload import parse_extra_inputs, parse_headers
@@ -52,6 +53,9 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
         model_path=None if geometry is None or geometry.model_path is None
         else str(geometry.model_path),
         geometry={} if geometry is None else geometry.values())
+    if shard is not None:
+        cfg = replace(cfg, num_shards=shard.num_shards, shard_index=shard.shard_index,
+                      start_at=shard.start_at)
     check_config(cfg)
     return cfg
 

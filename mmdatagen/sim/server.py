@@ -109,6 +109,12 @@ class _Waiter:
             self.event.set()
 
 
+async def _stamp_clock(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response tells the server's wall clock in ns: sharded load workers measure their
+    offset against it (``loadgen/shard.py``), finer than HTTP's Date."""
+    response.headers["x-mmdatagen-server-time-ns"] = str(time.time_ns())
+
+
 class SimServer:
     """State and handlers of one simulator instance."""
 
@@ -149,6 +155,7 @@ class SimServer:
         app.router.add_get(TIMELINE_PATH, self.cache_timeline)
         for path in RESET_PATHS:
             app.router.add_post(path, self.reset_cache)
+        app.on_response_prepare.append(_stamp_clock)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app

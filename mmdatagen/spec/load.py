@@ -118,6 +118,25 @@ class BenchTarget:
 
 @spec
 @dataclass(frozen=True)
+class LoadShard:
+    """``bench``: one load worker of several (a Kubernetes Indexed Job), merged by merge-runs."""
+
+    num_shards: int = option(1, "--num-shards", "Load workers sharing this benchmark: sessions "
+                             "are dealt round-robin, counts, concurrency and rate divided.",
+                             min=1, max=4096)
+    shard_index: int = option(0, "--shard-index", "This worker (0-based; in an Indexed Job: "
+                              "$JOB_COMPLETION_INDEX).", min=0, max=4095)
+    start_at: float | None = option(None, "--start-at", "Unix time (seconds) every worker waits "
+                                    "for before its first request; a past time is refused.",
+                                    kind=float, min=0, max=1e11)
+
+    def check(self) -> None:
+        if self.shard_index >= self.num_shards:
+            raise SpecError("shard_index", f"must be below num_shards ({self.num_shards})")
+
+
+@spec
+@dataclass(frozen=True)
 class AbRuns:
     """``ab``: what differs between run A and run B, and where the comparison goes."""
 

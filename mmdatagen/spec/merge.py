@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import common
 from .base import option, spec
@@ -16,4 +17,16 @@ class MergeOutput:
                                 "without .shard-K-of-N). Given alone, its shards are found "
                                 "beside it.", short="-o", dir_okay=False)
     quiet: bool = common.quiet("No summary on stderr.")
+    force: bool = common.force()
+
+
+@spec
+@dataclass(frozen=True)
+class MergeRunsOutput:
+    """``merge-runs``: where the joined benchmark goes (the workers' folders are the command's
+    arguments)."""
+
+    output_dir: Path = option(Path("artifacts/merged"), "--output-dir", "Folder of the merged "
+                              "export, records.jsonl and report.", kind=Path)
+    quiet: bool = common.quiet("No table.")
     force: bool = common.force()

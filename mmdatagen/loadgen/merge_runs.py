@@ -1,0 +1,203 @@
+"""``mmdatagen merge-runs``: the sharded load workers of one benchmark (``bench --num-shards``)
+joined into one export of the usual shape, as if one process had run it.
+
+- Every record is put on the server's clock: a worker's monotonic times plus its wall offset
+  (taken once in the run) plus its measured offset against the server (``loadgen/shard.py``).
+- Percentiles are computed over the union of the records (never averaged); counts are summed.
+- The cache prediction is replayed over every worker's requests together, in the order the
+  server saw them: the simulator's cache timeline where the workers fetched it (exact), else
+  start order on the one clock.
+- Workers of different benchmarks (settings, dataset, shard count), a missing shard and a shard
+  given twice are refused with one line.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ..errors import DatasetError, SpecError, UserError
+from ..metrics import EXPORT_NAME, RECORDS_NAME, RequestRecord
+from .predict import CACHE_ITEMS_NAME
+
+
+@dataclass
+class Worker:
+    path: Path
+    export: dict
+    shard: dict
+
+    @property
+    def index(self) -> int:
+        return int(self.shard["index"])
+
+    @property
+    def clock_ns(self) -> int:
+        """Add to this worker's record times to get the server's Unix clock."""
+        offset = (self.shard.get("clock") or {}).get("offset_ns") or 0
+        return int(self.shard["wall_offset_ns"]) + int(offset)
+
+
+@dataclass
+class MergeRunsResult:
+    export: dict
+    records: list[RequestRecord]
+    paths: dict[str, Path]
+    workers: int
+
+
+def _load(path: Path) -> Worker:
+    file = Path(path) / EXPORT_NAME
+    try:
+        export = orjson.loads(file.read_bytes())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no {EXPORT_NAME} (not a bench run folder)") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise DatasetError(f"{file}: unreadable export ({exc})") from None
+    shard = (export.get("run_info") or {}).get("shard") if isinstance(export, dict) else None
+    if not isinstance(shard, dict) or not isinstance(shard.get("index"), int):
+        raise UserError(f"{path}: not a load worker's run (bench --num-shards N --shard-index K)")
+    return Worker(Path(path), export, shard)
+
+
+def check_workers(workers: list[Worker]) -> None:
+    """One benchmark, every shard once."""
+    first = workers[0].shard
+    for w in workers[1:]:
+        for key, what in (("count", "shard count"), ("settings_blake3", "settings"),
+                          ("dataset_blake3", "dataset")):
+            if w.shard.get(key) != first.get(key):
+                raise UserError(f"{w.path} and {workers[0].path} are from different benchmarks "
+                                f"(their {what} differ)")
+    count = int(first["count"])
+    seen: dict[int, Path] = {}
+    for w in workers:
+        if w.index in seen:
+            raise UserError(f"shard {w.index} is given twice: {seen[w.index]} and {w.path}")
+        seen[w.index] = w.path
+    missing = sorted(set(range(count)) - set(seen))
+    if missing:
+        raise UserError(f"shard{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(str, missing))} of {count} missing")
+
+
+def record_from_line(d: dict) -> RequestRecord:
+    """The inverse of ``export.record_line``."""
+    m = d["metadata"]
+    return RequestRecord(
+        conversation_id=m["conversation_id"], turn_index=m["turn_index"],
+        phase=m["benchmark_phase"], start_ns=m["request_start_ns"],
+        first_token_ns=m["first_token_ns"], end_ns=m["request_end_ns"],
+        output_tokens=m["output_tokens"], input_tokens=m["input_tokens"],
+        num_images=m["num_images"], error=d.get("error"), image_hits=m["image_hits"],
+        image_misses=m["image_misses"], server_ttft_ns=m["server_ttft_ns"],
+        x_request_id=m["x_request_id"], streaming=m["streaming"],
+        response_end_ns=m["response_end_ns"], predicted_hits=m.get("predicted_hits"),
+        http_status=m.get("http_status"), dispatch_index=m.get("dispatch_index"))
+
+
+def _shift(r: RequestRecord, by: int, base: int) -> None:
+    """Move ``r``'s monotonic times by ``by`` (to the server's clock) and ``base`` (dispatch
+    indexes into the merged sequence)."""
+    r.start_ns += by
+    for name in ("first_token_ns", "end_ns", "response_end_ns"):
+        v = getattr(r, name)
+        if v is not None:
+            setattr(r, name, v + by)
+    if r.dispatch_index is not None:
+        r.dispatch_index += base
+
+
+def _records(w: Worker, base: int) -> Iterator[RequestRecord]:
+    path = w.path / RECORDS_NAME
+    by = w.clock_ns
+    try:
+        with open(path, "rb") as fh:
+            for n, line in enumerate(fh, 1):
+                try:
+                    r = record_from_line(orjson.loads(line))
+                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise DatasetError(f"{path}:{n}: not a records.jsonl line ({exc})") from None
+                _shift(r, by, base)
+                yield r
+    except FileNotFoundError:
+        raise UserError(f"{w.path}: no {RECORDS_NAME}") from None
+
+
+def merged_prediction(workers: list[Worker], records: list[RequestRecord],
+                      bases: list[int]) -> dict | None:
+    """The prediction replayed over every worker's requests in the server's order."""
+    from ..caches import get_target
+    from ..vlm import generic_model
+    from .predict import ImageTracker, _Request, prediction_result
+
+    files = [w.path / CACHE_ITEMS_NAME for w in workers]
+    if not all(f.is_file() for f in files):
+        return {"note": "no merged prediction: a worker ran without one (--no-predict or no "
+                        "model geometry)"}
+    tracker: ImageTracker | None = None
+    timeline: dict[str, Any] = {}
+    model_name = ""
+    for f in files:
+        lines = iter(f.read_bytes().splitlines())
+        head = orjson.loads(next(lines))
+        if tracker is None:
+            model_name = head["model"]
+            model = generic_model(1, int(head["bytes_per_token"]))
+            tracker = ImageTracker(model, get_target(head["target"]), head["cache_size"], None,
+                                   head["front"])
+        for line in lines:
+            d = orjson.loads(line)
+            tracker.requests.append(_Request([(k, s) for k, s in d["items"]], d["images"]))
+            if d.get("seqs") is not None and d.get("x_request_id"):
+                timeline[d["x_request_id"]] = d["seqs"]
+    assert tracker is not None
+    pred = prediction_result(tracker, None, records, len(tracker.requests),
+                             timeline if timeline else None)
+    if pred is not None and "model" in pred:  # the workers' model (sizes came with the items)
+        pred["model"] = model_name
+        pred.pop("geometry", None)
+    return pred
+
+
+def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False) -> MergeRunsResult:
+    """Join the workers in ``dirs`` into one export in ``output_dir``."""
+    from ..export import build_export, write_exports
+    from ..io.atomic import check_not_input, check_target
+    from ..report.aggregate import run_aggregates
+
+    if not dirs:
+        raise SpecError("runs", "needs the worker folders to merge")
+    workers = sorted((_load(Path(d)) for d in dirs), key=lambda w: w.index)
+    check_workers(workers)
+    out = Path(output_dir)
+    check_target(out / EXPORT_NAME, force)
+    check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
+                    [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
+    bases = list(np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1])
+    records = [r for w, b in zip(workers, bases) for r in _records(w, int(b))]
+    predicted = merged_prediction(workers, records, [int(b) for b in bases])
+    first = workers[0].export
+    config = dict(first.get("input_config") or {})
+    config.pop("shard_index", None)
+    run_info = {"merged_runs": [str(w.path) for w in workers], "workers": len(workers),
+                "clock": "the server's (each worker: wall offset + measured offset)",
+                "shards": [w.shard for w in workers],
+                "note": "server /metrics deltas are per worker (their windows overlap): see "
+                        "each worker's export"}
+    export = build_export(records, input_config=config, run_info=run_info,
+                          was_cancelled=any(w.export.get("was_cancelled") for w in workers),
+                          wall_offset_ns=0, predicted=predicted)
+    export.update(run_aggregates(records))
+    slos = (first.get("goodput") or {}).get("slos") if isinstance(first.get("goodput"),
+                                                                  dict) else None
+    if slos:
+        from .goodput import export_goodput
+
+        export.update(export_goodput(records, export, slos))
+    paths = write_exports(out, records, export)
+    return MergeRunsResult(export, records, paths, len(workers))

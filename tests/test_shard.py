@@ -1,0 +1,177 @@
+"""Sharded load workers (``bench --num-shards N --shard-index K``) and ``merge-runs``: the
+workers together send the benchmark one process would, sessions whole; the merged export
+agrees with a single-process run of the same benchmark and its percentiles are those of the
+union of the records."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mmdatagen.loadgen.shard import Shard, seconds_to_start, shard_config
+from mmdatagen.sessions import shard_owns
+
+MODEL = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
+
+
+@given(total=st.integers(0, 10**6), n=st.integers(1, 64))
+def test_shares_add_up_to_the_whole(total, n):
+    shares = [Shard(k, n).share(total) for k in range(n)]
+    assert sum(shares) == total and max(shares) - min(shares) <= 1
+
+
+@given(n=st.integers(1, 16), sessions=st.integers(0, 200))
+def test_every_session_has_exactly_one_worker(n, sessions):
+    owners = [[k for k in range(n) if shard_owns(s, k, n)] for s in range(sessions)]
+    assert all(len(o) == 1 for o in owners)
+
+
+def test_config_is_divided_and_checked():
+    from mmdatagen.errors import SpecError
+    from mmdatagen.loadgen.run import BenchConfig
+
+    cfg = BenchConfig(input_file=Path("d.jsonl"), model="m", url="http://127.0.0.1:1",
+                      concurrency=7, request_count=10, request_rate=9.0, ramp_to=18.0,
+                      warmup_request_count=3, seed=5)
+    parts = [shard_config(cfg, Shard(k, 3)) for k in range(3)]
+    assert [p.concurrency for p in parts] == [2, 2, 3]
+    assert [p.request_count for p in parts] == [3, 3, 4]
+    assert [p.warmup_request_count for p in parts] == [1, 1, 1]
+    assert {p.request_rate for p in parts} == {3.0} and {p.ramp_to for p in parts} == {6.0}
+    assert len({Shard(k, 3).seed(5) for k in range(3)}) == 3 and Shard(0, 1).seed(5) == 5
+    with pytest.raises(SpecError, match="concurrency"):
+        shard_config(cfg, Shard(0, 8))
+    with pytest.raises(SpecError, match="url"):
+        shard_config(BenchConfig(input_file=Path("d"), model="m", url=None), Shard(0, 2))
+    with pytest.raises(SpecError, match="in the past"):
+        seconds_to_start(time.time() - 5)
+
+
+def _mmdatagen(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "mmdatagen", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.fixture()
+def server(tmp_path):
+    """``mmdatagen serve`` (zero-delay profile) in its own process."""
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([sys.executable, "-m", "mmdatagen", "serve", "--port", "0",
+                             "--profile", "zero-delay", "--encoder-budget", "300",
+                             "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not ready.exists() or not ready.read_text().strip().endswith("}"):
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, "serve did not become ready"
+        time.sleep(0.1)
+    try:
+        yield json.loads(ready.read_text())["url"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _export(d: Path) -> dict:
+    return orjson.loads((d / "profile_export_mmdatagen.json").read_bytes())
+
+
+def _records(d: Path) -> list[dict]:
+    return [orjson.loads(x) for x in (d / "records.jsonl").read_bytes().splitlines()]
+
+
+def test_two_workers_merge_into_the_single_process_benchmark(tmp_path, server):
+    data = tmp_path / "sw.jsonl"
+    res = _mmdatagen("sliding-window", "--users", 6, "--turns", 4, "--window", 2,
+                     "--image-size", "64x48", "--text-tokens", 16, "-o", data, "-q")
+    assert res.returncode == 0, res.stderr
+    common = ["--url", server, "--model", MODEL, "--concurrency", 4, "--cache-size", 1,
+              "--encoder-budget", 300, "-q", "--no-report"]
+    start = time.time() + 4
+    workers = [subprocess.Popen([sys.executable, "-m", "mmdatagen", "bench", "--input-file",
+                                 str(data), *map(str, common), "--num-shards", "2",
+                                 "--shard-index", str(k), "--start-at", str(start),
+                                 "--output-dir", str(tmp_path / f"w{k}")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               for k in range(2)]
+    for w in workers:
+        assert w.wait(timeout=300) == 0, w.stderr.read() if w.stderr else ""
+    res = _mmdatagen("merge-runs", tmp_path / "w0", tmp_path / "w1", "--output-dir",
+                     tmp_path / "merged", "-q")
+    assert res.returncode == 0, res.stderr
+    res = _mmdatagen("bench", "--input-file", data, *common, "--reset-cache",
+                     "--output-dir", tmp_path / "single")
+    assert res.returncode == 0, res.stderr
+    merged, single = _export(tmp_path / "merged"), _export(tmp_path / "single")
+    assert merged["request_count"]["avg"] == single["request_count"]["avg"] == 24
+    # sessions whole: each user's turns all went through one worker, in order
+    by_worker = {k: {r["metadata"]["conversation_id"] for r in _records(tmp_path / f"w{k}")}
+                 for k in range(2)}
+    assert by_worker[0].isdisjoint(by_worker[1]) and len(by_worker[0] | by_worker[1]) == 6
+    recs = _records(tmp_path / "merged")
+    for user in by_worker[0] | by_worker[1]:
+        turns = sorted((r["metadata"]["request_start_ns"], r["metadata"]["turn_index"])
+                       for r in recs if r["metadata"]["conversation_id"] == user)
+        assert [t for _, t in turns] == [0, 1, 2, 3]
+    # the prediction over both workers' requests, in the server's order, equals its counters
+    cache = merged["image_cache"]
+    assert cache["predicted"]["hits"] == cache["measured"]["hits"]
+    assert cache["predicted"]["order"].startswith("the server's cache timeline")
+    # percentiles are those of the union of the records, not averages of the workers'
+    ttft = [r["metrics"]["time_to_first_token"]["value"] for r in recs
+            if r["metadata"]["benchmark_phase"] == "profiling"]
+    for stat, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        assert merged["time_to_first_token"][stat] == pytest.approx(np.percentile(ttft, q))
+    shards = merged["run_info"]["shards"]
+    assert [s["index"] for s in shards] == [0, 1]
+    assert all(s["clock"]["source"] == "simulator clock header" for s in shards)
+
+
+def _fake_worker(d: Path, index: int, count: int, settings: str = "s", dataset: str = "d"):
+    d.mkdir(parents=True)
+    export = {"run_info": {"shard": {"index": index, "count": count, "settings_blake3": settings,
+                                     "dataset_blake3": dataset, "wall_offset_ns": 0,
+                                     "dispatched": 0}}}
+    (d / "profile_export_mmdatagen.json").write_bytes(orjson.dumps(export))
+    (d / "records.jsonl").write_bytes(b"")
+
+
+@pytest.mark.parametrize("workers,needle", [
+    ([(0, 3), (1, 3)], "shard 2 of 3 missing"),
+    ([(0, 2), (0, 2)], "shard 0 is given twice"),
+    ([(0, 2), (1, 3)], "different benchmarks (their shard count differ)"),
+    ([(0, 2, "s"), (1, 2, "t")], "different benchmarks (their settings differ)"),
+    ([(0, 2, "s", "d"), (1, 2, "s", "e")], "different benchmarks (their dataset differ)"),
+])
+def test_merge_runs_refuses_what_does_not_belong_together(tmp_path, workers, needle):
+    dirs = []
+    for n, w in enumerate(workers):
+        _fake_worker(tmp_path / f"w{n}", *w)
+        dirs.append(tmp_path / f"w{n}")
+    res = _mmdatagen("merge-runs", *dirs, "--output-dir", tmp_path / "out")
+    assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "out" / "profile_export_mmdatagen.json").exists()
+
+
+def test_a_plain_run_folder_and_a_past_start_are_refused(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "profile_export_mmdatagen.json").write_text('{"run_info": {}}')
+    res = _mmdatagen("merge-runs", tmp_path / "plain", "--output-dir", tmp_path / "out")
+    assert res.returncode == 2 and "not a load worker's run" in res.stderr
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hi"}\n')
+    res = _mmdatagen("bench", "--input-file", data, "--url", "http://127.0.0.1:9",
+                     "--model", "m", "--num-shards", 2, "--concurrency", 2,
+                     "--start-at", int(time.time()) - 10, "--output-dir", tmp_path / "o")
+    assert res.returncode == 2 and "--start-at is" in res.stderr and "past" in res.stderr
+    res = _mmdatagen("bench", "--input-file", data, "--num-shards", 2, "--shard-index", 2,
+                     "--output-dir", tmp_path / "o")
+    assert res.returncode == 2 and "--shard-index must be below" in res.stderr
