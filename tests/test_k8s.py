@@ -61,7 +61,7 @@ def test_manifests_parse_and_validate_offline(monkeypatch):
         for doc in items:
             kubernetes_validate.validate(doc, "1.33", strict=True)
             kinds.append(doc["kind"])
-    assert kinds.count("Job") == 5 and "PersistentVolumeClaim" in kinds and "ConfigMap" in kinds
+    assert kinds.count("Job") == 7 and "PersistentVolumeClaim" in kinds and "ConfigMap" in kinds
     bad = job("job-seed-a.yaml")
     bad["spec"]["template"]["spec"]["containers"][0]["argz"] = ["pool"]
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -168,3 +168,57 @@ def test_seed_a_job_then_bench_job(run_cli, volume, simulator):
     assert export_dir.is_relative_to(volume["data"])
     export = json.loads((export_dir / "profile_export_mmdatagen.json").read_text())
     assert export["request_count"]["avg"] == 1000 and export["error_request_count"]["avg"] == 0
+
+
+@pytest.mark.slow
+def test_sharded_bench_job_then_merge_runs(volume, tmp_path):
+    """The Indexed Job's workers, each its own process on loopback, start together against one
+    'mmdatagen serve'; the merge Job joins them into the benchmark one process sends."""
+    import sys
+    import time
+
+    doc = job("job-bench-sharded.yaml")
+    count = doc["spec"]["completions"]
+    assert doc["spec"]["completionMode"] == "Indexed" and doc["spec"]["parallelism"] == count
+    seed = volume["data"] / "seed-a"
+    py = [sys.executable, "-m", "mmdatagen"]
+    subprocess.run([*py, "pool", "-n", "48", "--pool-size", "12", "--image-size", "64x48",
+                    "--text-tokens", "16", "-o", str(seed / "seed_a.jsonl"), "-q"], check=True,
+                   timeout=300, stdout=subprocess.DEVNULL)
+    ready = tmp_path / "ready.json"
+    serve = subprocess.Popen([*py, "serve", "--port", "0", "--profile", "zero-delay",
+                              "--ready-file", str(ready)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        while not ready.exists() or not ready.read_text().strip().endswith("}"):
+            assert serve.poll() is None
+            time.sleep(0.1)
+        url = json.loads(ready.read_text())["url"]
+        mounts = mounts_of(doc, volume)
+        start = str(int(time.time()) + 5)
+        workers = []
+        for k in range(count):
+            env = {"JOB_COMPLETION_INDEX": str(k), "START_AT": start, "VLM_URL": url}
+            words = argv(doc["spec"]["template"]["spec"]["containers"][0], mounts, env)
+            assert words[words.index("--shard-index") + 1] == str(k)
+            assert words[words.index("--num-shards") + 1] == str(count)
+            workers.append(subprocess.Popen([*py, *words, "--quiet"], stderr=subprocess.PIPE,
+                                            stdout=subprocess.DEVNULL, text=True))
+        for w in workers:
+            assert w.wait(timeout=300) == 0, w.stderr.read() if w.stderr else ""
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    merge = job("job-merge-runs.yaml")
+    spec = merge["spec"]["template"]["spec"]
+    mounts = mounts_of(merge, volume)
+    for init in spec["initContainers"]:
+        subprocess.run(argv(init, mounts, {}), check=True, timeout=20, stdout=subprocess.DEVNULL)
+    words = argv(spec["containers"][0], mounts, {})
+    subprocess.run([*py, *words, "--quiet"], check=True, timeout=300, stdout=subprocess.DEVNULL)
+    out = Path(words[words.index("--output-dir") + 1])
+    export = json.loads((out / "profile_export_mmdatagen.json").read_text())
+    assert export["request_count"]["avg"] == 48 and export["error_request_count"]["avg"] == 0
+    assert [s["index"] for s in export["run_info"]["shards"]] == list(range(count))
+    cache = export["image_cache"]
+    assert cache["predicted"]["hits"] == cache["measured"]["hits"]
