@@ -23,6 +23,9 @@ can plug them in. Sources of the rules (checked against the code, not copied):
   start/end markers per temporal group.
 - vLLM processor-cache entry of a video: the processed pixel patches kept as uint8,
   patches x (3 x temporal_patch x patch x patch) bytes, plus the int64 (t, h, w) grid.
+- vLLM 0.32's encoder-cache budget (``MultiModalBudget`` in vllm/multimodal/encoder_budget.py,
+  ``compute_mm_encoder_budget`` in vllm/v1/core/encoder_cache_manager.py): see
+  :func:`encoder_cache_budget`.
 - Qwen2-Audio (and Qwen2.5-Omni's audio tower): Whisper features at 16 kHz, hop 160
   (one mel frame per 10 ms; Qwen2-Audio pads/truncates to 30 s), then two stride-2 stages:
   ``L = frames; tokens = ((L - 1) // 2 + 1 - 2) // 2 + 1`` (transformers
@@ -325,3 +328,87 @@ def model_video_geometry(model: Any) -> VideoGeometry | None:
                               vmax if vmax is not None else model.max_pixels)
     except ValueError:
         return None
+
+
+# -- vLLM 0.32's encoder-cache budget ---------------------------------------------------------
+
+VLLM_DEFAULT_MM_LIMIT = 999  # vLLM's items per prompt of a modality --limit-mm-per-prompt omits
+VLLM_MAX_FRAMES_PER_VIDEO = 14  # qwen2_vl.py _MAX_FRAMES_PER_VIDEO (the budget's video length)
+_FACTOR_SEARCH_LIMIT = 10**6  # above this many tokens per side there is no real pixel limit
+
+
+def _most_features(max_tokens: int) -> int:
+    """vLLM's ``get_image_size_with_most_features``, in merged patches: the largest count up to
+    ``max_tokens`` whose closest factor pair has an aspect ratio of at most 200."""
+    for n in range(max_tokens, 0, -1):
+        side = math.isqrt(n)
+        if side > _FACTOR_SEARCH_LIMIT:
+            return n
+        low = math.isqrt(max(0, (n - 1) // MAX_ASPECT_RATIO))  # below it the ratio exceeds 200
+        for d in range(side, max(low, 1) - 1, -1):
+            if n % d == 0:
+                if n // d <= MAX_ASPECT_RATIO * d:
+                    return n
+                break  # the closest pair is too elongated: so is every other
+    return 0
+
+
+def encoder_cache_budget(model: Any, max_num_batched_tokens: int,
+                         limit_mm_per_prompt: dict[str, int] | None = None,
+                         max_model_len: int | None = None) -> int:
+    """vLLM 0.32's encoder cache size in embedding tokens, as its startup log prints it
+    ("Encoder cache will be initialized with a budget of N tokens").
+
+    The rule (``MultiModalBudget`` / ``compute_mm_encoder_budget``): the modalities whose
+    ``limit_mm_per_prompt`` is above 0 are active (vLLM gives an omitted modality 999 items,
+    so ``{"image": 3}`` keeps videos active; None: vLLM's default, every modality); each active
+    modality's largest item in tokens is computed with ONE item of it per prompt; the budget is
+    ``max(max_num_batched_tokens, largest item over the active modalities)``, and 0 when no
+    modality is active (no encoder cache). The item limits' values, chunked prefill and
+    ``max_num_seqs`` change only how many items vLLM profiles with, not the budget.
+
+    Largest items, for ``model`` (a ``vlm.VisionModel``):
+    - an image: ``tokens_per_image`` for a generic model; else the image processor's
+      ``max_pixels // (patch x merge)^2`` merged patches, lowered to the first count whose
+      closest factor pair keeps the aspect ratio within 200;
+    - a video, Qwen2-VL / Qwen2.5-VL: that image size over as many frames as the context holds,
+      ``ceil(frames / temporal) x image tokens <= max_model_len``, at most 14 frames (at least
+      1): ``image tokens x min(max_model_len // image tokens, 7)`` (``max_model_len`` None: the
+      14-frame cap binds, as it does from 7 x image tokens up);
+    - a video, Qwen3-VL: two frames at the video processor's ``max_pixels / temporal``;
+    - other families: no video rule (their videos are not counted).
+    """
+    limits = limit_mm_per_prompt or {}
+    largest = []
+    image = _max_image_tokens(model)
+    if limits.get("image", VLLM_DEFAULT_MM_LIMIT) > 0 and image > 0:
+        largest.append(image)
+    if limits.get("video", VLLM_DEFAULT_MM_LIMIT) > 0:
+        largest.append(_max_video_tokens(model, image, max_model_len))
+    if not largest:
+        return 0
+    return max(int(max_num_batched_tokens), *largest)
+
+
+def _max_image_tokens(model: Any) -> int:
+    if model.tokens_per_image is not None:
+        return int(model.tokens_per_image)
+    return _most_features(model.max_pixels // (model.factor * model.factor))
+
+
+def _max_video_tokens(model: Any, image_tokens: int, max_model_len: int | None) -> int:
+    """The largest video item vLLM 0.32 budgets for (0: the family has no video rule)."""
+    if model.tokens_per_image is not None or image_tokens <= 0:
+        return 0
+    family = str(model.family).lower().replace("_", "-")
+    tp = max(1, int(model.temporal_patch_size))
+    if family.startswith("qwen3"):
+        vmax = getattr(model, "video_max_pixels", None) or QWEN3_VL.max_pixels
+        return _most_features(vmax // tp // (model.factor * model.factor)) * -(-2 // tp)
+    if not family.startswith(("qwen2.5-vl", "qwen2-5-vl", "qwen2-vl")):
+        return 0
+    groups_fit = (max_model_len // image_tokens) if max_model_len is not None else \
+        VLLM_MAX_FRAMES_PER_VIDEO
+    frames = tp * groups_fit if groups_fit >= 1 else 1
+    frames = max(1, min(frames, VLLM_MAX_FRAMES_PER_VIDEO))
+    return -(-frames // tp) * image_tokens

@@ -205,3 +205,95 @@ def test_model_folder_video_limits_and_model_type(tmp_path):
     (tmp_path / "processor_config.json").write_text(json.dumps(proc))
     geom = model_video_geometry(resolve_model(str(tmp_path)))
     assert geom is not None and (geom.min_pixels, geom.max_pixels) == (3136, 1003520)
+
+
+# -- vLLM 0.32's encoder-cache budget (media_tokens.encoder_cache_budget) ----------------------
+
+def _tiny_qwen2vl(max_pixels: int = 1003520):
+    """The real-engine suite's tiny Qwen2-VL (patch 14, merge 2, 1,280 merged patches at most)."""
+    from mmdatagen.vlm import VisionModel
+
+    return VisionModel(name="tiny", hidden_size=128, family="qwen2_vl", patch_size=14,
+                       merge_size=2, min_pixels=3136, max_pixels=max_pixels)
+
+
+# (image max_pixels, max_num_batched_tokens, max_model_len, limit_mm_per_prompt) -> budget.
+# "logged": the budget a vLLM 0.32 CPU server printed at startup with these flags
+# ("Encoder cache will be initialized with a budget of N tokens"; tests/real_engine/
+# test_encoder_budget.py). "vllm": vLLM 0.32's MultiModalBudget for the same settings, computed
+# in the engine virtualenv (tests/real_engine/vllm_budget.py; 180 settings agreed, these are some).
+TINY = 28 * 28 * 1280
+MEASURED_BUDGETS = [
+    ("logged", TINY, 512, 4096, {"image": 3, "video": 0}, 1280),  # one image item, not 3
+    ("logged", TINY, 8192, 4096, {"image": 1, "video": 0}, 8192),
+    ("logged", TINY, 2048, 4096, {"image": 2, "video": 1}, 3840),  # a 6-frame video
+    ("logged", TINY, 512, 8192, {"image": 3}, 7680),  # an omitted modality counts 999 items
+    ("vllm", TINY, 512, 4096, {"image": 1, "video": 0}, 1280),
+    ("vllm", TINY, 2048, 4096, {"image": 6, "video": 2}, 3840),
+    ("vllm", TINY, 256, 1024, {"image": 0, "video": 1}, 1280),  # video longer than the context
+    ("vllm", TINY, 1000, 2048, {"image": 3}, 1280),  # one 2-frame group fits the context
+    ("vllm", TINY, 5000, 32768, {"image": 3}, 8960),  # the 14-frame cap: 7 groups
+    ("vllm", TINY, 5000, 8192, {"image": 0, "video": 0}, 0),  # no encoder cache
+    ("vllm", 28 * 28 * 1279, 256, 4096, {"image": 3, "video": 0}, 1278),  # 1 x 1279 too thin
+    ("vllm", 28 * 28 * 1279, 1000, 8192, {"image": 3}, 7668),
+    ("vllm", 28 * 28 * 401, 256, 2048, {"image": 3}, 2000),  # 401 is prime: 20 x 20
+    ("vllm", 28 * 28 * 401, 256, 4096, {"image": 0, "video": 1}, 2800),
+    ("vllm", 28 * 28 * 401, 5000, 1024, {"image": 3}, 5000),
+]
+
+
+@pytest.mark.parametrize("source,max_pixels,batched,model_len,limits,budget", MEASURED_BUDGETS)
+def test_encoder_cache_budget_matches_vllm(source, max_pixels, batched, model_len, limits, budget):
+    from mmdatagen.media_tokens import encoder_cache_budget
+
+    model = _tiny_qwen2vl(max_pixels)
+    assert encoder_cache_budget(model, batched, limits, model_len) == budget
+
+
+def test_encoder_cache_budget_registry_models():
+    """Shipped geometries, by the same rule: Qwen2.5-VL (16,384-token images) budgets a 14-frame
+    video (7 groups) unless videos are off; Qwen3-VL's largest image (16,384) outweighs its
+    budget video (two frames at 25,165,824 / 2 pixels: 12,288); a generic model has no video
+    rule; ``max_model_len`` None lets the frame cap bind."""
+    from mmdatagen.media_tokens import encoder_cache_budget
+    from mmdatagen.vlm import generic_model, get_model
+
+    q25 = get_model("qwen2.5-vl-7b")
+    assert encoder_cache_budget(q25, 8192) == 7 * 16384
+    assert encoder_cache_budget(q25, 8192, {"image": 4, "video": 0}) == 16384
+    assert encoder_cache_budget(q25, 8192, None, 32768) == 2 * 16384
+    q3 = get_model("qwen3-vl-30b-a3b")
+    assert encoder_cache_budget(q3, 8192) == 16384
+    assert encoder_cache_budget(q3, 8192, {"image": 0}) == 12288
+    assert encoder_cache_budget(q3, 20000, {"video": 0}) == 20000
+    assert encoder_cache_budget(generic_model(576, 4096), 512) == 576
+
+
+def _closest_pair_ok(n: int) -> bool:
+    d = max(k for k in range(1, int(n ** 0.5) + 1) if n % k == 0)
+    return (n // d) / d <= 200
+
+
+@given(st.integers(1, 6000))
+def test_most_features_is_vllms_factor_search(max_tokens):
+    """The bounded divisor search equals vLLM's plain one: the largest count up to the limit
+    whose closest factor pair has an aspect ratio within 200."""
+    from mmdatagen.media_tokens import _most_features
+
+    want = next(n for n in range(max_tokens, 0, -1) if _closest_pair_ok(n))
+    assert _most_features(max_tokens) == want
+
+
+def test_front_budget_given_rule_and_single_tier():
+    """io.imageref.front_budget: the user's logged value wins; else the rule with the engine
+    settings given; a target without a front tier has none."""
+    from mmdatagen.caches import get_target
+    from mmdatagen.io.imageref import front_budget
+
+    two_tier, single = get_target("dynamo-connector"), get_target("vllm-processor")
+    model = _tiny_qwen2vl()
+    assert front_budget(two_tier, model, 3150) == 3150
+    assert front_budget(two_tier, model, None, 512, {"image": 3, "video": 0}, 4096) == 1280
+    assert front_budget(two_tier, model, None, 2048, {"image": 2, "video": 1}, 4096) == 3840
+    assert front_budget(two_tier, model) == 8960  # 8,192 batched tokens, vLLM's default limits
+    assert front_budget(single, model) is None

@@ -15,6 +15,7 @@ from pathlib import Path
 import blake3
 
 from ..errors import DatasetError
+from ..media_tokens import encoder_cache_budget
 
 KEY_MODES = ("bytes", "pixels", "reference", "uuid")
 DEFAULT_URL_SIZE = (640, 480)  # an http(s) image the server fetches is sized as this when unknown
@@ -259,19 +260,20 @@ DEFAULT_BATCHED_TOKENS = 8192  # vLLM's max_num_batched_tokens for online servin
 
 
 def front_budget(target, model, given: int | None = None,
-                 max_num_batched_tokens: int = DEFAULT_BATCHED_TOKENS) -> int | None:
+                 max_num_batched_tokens: int = DEFAULT_BATCHED_TOKENS,
+                 limit_mm_per_prompt: dict[str, int] | None = None,
+                 max_model_len: int | None = None) -> int | None:
     """The budget in embedding tokens of the cache in front of ``target`` (vLLM's encoder cache
     before Dynamo's connector), or None for a target without one: ``given`` where the user read
-    it from the engine's startup log, else vLLM's rule for ``model``."""
+    it from the engine's startup log, else vLLM 0.32's rule for ``model`` with these engine
+    settings (``media_tokens.encoder_cache_budget``; None limits: vLLM's defaults, which keep
+    videos active)."""
     if target.front is None:
         return None
     if given is not None:
         return int(given)
-    if model.tokens_per_image is not None:
-        largest = model.tokens_per_image
-    else:
-        largest = model.max_pixels // (model.factor * model.factor)
-    return max(int(max_num_batched_tokens), largest)
+    return encoder_cache_budget(model, max_num_batched_tokens, limit_mm_per_prompt,
+                                max_model_len)
 
 
 def make_target_cache(target, model, capacity: int, front: int | None = None):
