@@ -112,8 +112,8 @@ def bench_completion(refs: int, objects: int, in_flight: int = 64) -> None:
 
 def bench_crossover() -> None:
     """Why small traces skip numba: its import + cached-kernel load vs the Python kernel."""
-    code = ("import time; t = time.perf_counter(); from mmdatagen.analysis.lru import kernels; "
-            "kernels(True); print(time.perf_counter() - t)")
+    code = ("import time; t = time.perf_counter(); from mmdatagen.analysis import kernels as K; "
+            "K.compiled(K.stack_kernel); print(time.perf_counter() - t)")
     load = min(float(subprocess.run([sys.executable, "-c", code], capture_output=True,
                                     text=True, check=True).stdout) for _ in range(3))
     print(f"numba import + cached kernels in a fresh process: {load:.2f} s")

@@ -77,23 +77,61 @@ def test_graph_is_read():
     assert {"content", "plans"} <= GRAPH["spec"]
 
 
-def test_no_cycles_between_units():
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every back edge of a depth-first walk, as the cycle it closes (empty: a DAG)."""
     seen: dict[str, int] = {}
     cycles: list[list[str]] = []
 
     def visit(unit: str, stack: list[str]) -> None:
         seen[unit] = 1
-        for nxt in sorted(GRAPH.get(unit, ())):
+        for nxt in sorted(graph.get(unit, ())):
             if seen.get(nxt) == 1:
                 cycles.append([*stack[stack.index(nxt):], nxt] if nxt in stack else [unit, nxt])
             elif nxt not in seen:
                 visit(nxt, [*stack, nxt])
         seen[unit] = 2
 
-    for unit in sorted(GRAPH):
+    for unit in sorted(graph):
         if unit not in seen:
             visit(unit, [unit])
-    assert cycles == []
+    return cycles
+
+
+def test_no_cycles_between_units():
+    assert _cycles(GRAPH) == []
+
+
+def _package_graphs() -> dict[str, dict[str, set[str]]]:
+    """Per package (``mmdatagen`` and each subpackage): which of its direct members (modules,
+    subpackages, its own ``__init__``) import which, lazy imports included."""
+    graphs: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        package = ".".join(parts[:-1])
+        src = parts[-1]
+        for name in _imports(path):
+            if name == package:
+                dst = "__init__"
+            elif name.startswith(package + "."):
+                dst = name[len(package) + 1:].split(".")[0]
+            else:
+                continue
+            if dst != src:
+                graphs[package][src].add(dst)
+    return graphs
+
+
+def test_package_graphs_are_read():
+    graphs = _package_graphs()
+    assert "kernels" in graphs["mmdatagen.analysis"]["lru"]
+    assert "engine" in graphs["mmdatagen.sim"]["protocol"]
+
+
+@pytest.mark.parametrize("package", sorted(_package_graphs()))
+def test_no_cycles_inside_a_package(package):
+    """No circle of imports between the modules of one package (issue 19): each package's
+    modules form layers too."""
+    assert _cycles(_package_graphs()[package]) == []
 
 
 @pytest.mark.parametrize("unit", sorted(FORBIDDEN))

@@ -150,7 +150,7 @@ def test_media_reuse_one_cache_for_every_modality(tmp_path):
     from mmdatagen.caches import get_target
     from mmdatagen.cli import cli
     from mmdatagen.io.manifest import read_manifest
-    from mmdatagen.analysis.media import media_reuse
+    from mmdatagen.analysis.reuse import media_reuse
     from mmdatagen.vlm import get_model
 
     out = tmp_path / "d.jsonl"

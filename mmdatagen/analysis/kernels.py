@@ -1,20 +1,51 @@
-"""The one-pass byte-LRU kernel, written once and run either as plain Python or compiled by numba.
+"""Every compiled loop of the analysis, in one place, and the one wrapper that compiles them.
 
-For every reference it computes the smallest byte capacity at which that reference hits in an LRU
-that evicts whole objects from the LRU end: ``size(x) + sum(size(y) for distinct y referenced
-since x's previous reference)``; first references get -1 (they miss at every capacity).
+The kernels are plain loops over numpy arrays (or Python lists), so numba compiles them as they
+are and plain Python runs them on small traces, where importing numba and loading its disk
+cache costs more than the loop (``PYTHON_MAX_REFS``). Callers pick a version with
+:func:`for_size` (or :func:`compiled`); nothing else in the package imports numba.
 
-The sum is a Fenwick tree over "slots": every object holds one slot, at its last access, weighted
-by its size. Slots are handed out in access order; when they run out, live slots are renumbered
-in order (compaction), so the tree stays about twice the number of distinct objects (cache
-friendly) whatever the trace length.
-
-The other kernels turn those numbers into a curve (pack, group) and serve the "bypass" tiers
-(window). All are plain loops so numba can compile them and Python can run them on small traces.
+- ``stack_kernel``: for every reference, the smallest byte capacity at which it hits in an LRU
+  that evicts whole objects from the LRU end: ``size(x) + sum(size(y) for distinct y
+  referenced since x's previous reference)``; first references get -1 (they miss at every
+  capacity). The sum is a Fenwick tree over "slots": every object holds one slot, at its last
+  access, weighted by its size. Slots are handed out in access order; when they run out, live
+  slots are renumbered in order (compaction), so the tree stays about twice the number of
+  distinct objects (cache friendly) whatever the trace length.
+- ``window_kernel``: the same below a bound, with larger objects bypassed (a shallow stack).
+- ``decider_kernel``, ``pack_kernel``, ``group_kernel``: required capacities to a curve.
+- ``touch_kernel``: vLLM's processor cache (a request touches its cached items first).
+- ``fifo_kernel``: a FIFO by size at one capacity.
+- ``random_events_kernel``, ``completion_kernel``: dispatch orders and insert-at-completion.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+
+# Below this many references the plain-Python kernel beats importing numba and loading its cache.
+PYTHON_MAX_REFS = 30_000
+_JIT: dict[str, Callable[..., Any]] = {}
+
+
+def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` compiled by numba (nopython, cached on disk; compiled at its first call), or
+    ``fn`` itself where numba is unavailable."""
+    if fn.__name__ not in _JIT:
+        try:
+            import numba
+        except ImportError:  # pragma: no cover - numba is a dependency; keep working without it
+            _JIT[fn.__name__] = fn
+        else:
+            _JIT[fn.__name__] = numba.njit(cache=True, nogil=True)(fn)
+    return _JIT[fn.__name__]
+
+
+def for_size(fn: Callable[..., Any], refs: int) -> Callable[..., Any]:
+    """The version of ``fn`` for a trace of ``refs`` references: plain Python when short."""
+    return fn if refs <= PYTHON_MAX_REFS else compiled(fn)
 
 
 def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):
@@ -188,12 +219,132 @@ def group_kernel(packed, bits, obj_sizes, obj_tokens, lo):
     return caps[: k + 1], cols[:, : k + 1]
 
 
-def _compiled():
-    """The numba-compiled kernel (cached on disk), or None when numba is unavailable."""
-    try:
-        import numba
-    except ImportError:  # pragma: no cover - numba is a dependency; keep working without it
-        return None
-    jit = numba.njit(cache=True, nogil=True)
-    return {f.__name__: jit(f) for f in (stack_kernel, window_kernel, decider_kernel, pack_kernel,
-                                         group_kernel)}
+def touch_kernel(ids, row_start, req, obj_sizes, last, prev):
+    """Required capacity at the request's start for each first occurrence of an object inside
+    its request: from the one-pass distance (size + distinct sizes since the previous
+    reference, in ``req``, rewritten in place) subtract the objects the request looked up
+    before it that were not referenced since that previous reference. ``row_start`` has one
+    more entry than there are requests; ``last`` (-1 per object) and ``prev`` are work buffers.
+    """
+    for r in range(len(row_start) - 1):
+        s, e = row_start[r], row_start[r + 1]
+        for i in range(s, e):
+            prev[i] = last[ids[i]]
+            last[ids[i]] = i
+        for i in range(s, e):
+            p = prev[i]
+            if p < 0 or p >= s:
+                continue  # a first reference ever, or a repeat inside the request
+            for j in range(s, i):
+                if prev[j] >= s or ids[j] == ids[i]:
+                    continue  # not the first copy of its object in this request
+                if prev[j] < p:
+                    req[i] -= obj_sizes[ids[j]]
+    return req
+
+
+def fifo_kernel(ids, obj_sizes, capacity, flags, present, ring):
+    """Hit flag per reference in a FIFO by size that skips entries larger than ``capacity``."""
+    head = 0
+    tail = 0
+    used = 0
+    n_ring = len(ring)
+    for i in range(len(ids)):
+        x = ids[i]
+        if present[x]:
+            flags[i] = 1
+            continue
+        sz = obj_sizes[x]
+        if sz > capacity or capacity == 0:
+            continue
+        while used + sz > capacity:
+            old = ring[head % n_ring]
+            head += 1
+            present[old] = 0
+            used -= obj_sizes[old]
+        ring[tail % n_ring] = x
+        tail += 1
+        present[x] = 1
+        used += sz
+    return flags
+
+
+def random_events_kernel(n, k, draws, out):
+    """File dispatch, ``k`` in flight, the next completion drawn among those in flight."""
+    running = np.empty(max(k, 1), np.int64)
+    cnt = nxt = pos = d = 0
+    while nxt < n or cnt:
+        while nxt < n and cnt < k:
+            running[cnt] = nxt
+            cnt += 1
+            out[pos] = nxt
+            pos += 1
+            nxt += 1
+        j = draws[d] % cnt
+        d += 1
+        out[pos] = ~running[j]
+        pos += 1
+        running[j] = running[cnt - 1]
+        cnt -= 1
+    return out
+
+
+def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nxt, present):
+    """Hit flags under insert-at-completion (dense ids, doubly linked LRU list); fills ``hits``
+    (zeros on entry). A lookup at dispatch (event ``r``) hits if the entry is present and
+    refreshes it; at completion (``~r``) each missed entry is stored, or refreshed when another
+    request stored it meanwhile. ``prev``/``nxt`` (-1) and ``present`` (0) have one slot per
+    object; ``tail`` is the least recently used, ``head`` the most.
+    """
+    head = tail = -1
+    used = 0
+    for e in ev:
+        done = e < 0
+        r = ~e if done else e
+        for i in range(row_start[r], row_start[r + 1]):
+            x = ids[i]
+            if done and hits[i]:
+                continue
+            if present[x]:
+                if not done:
+                    hits[i] = 1
+                if x != head:  # unlink, then push to the front
+                    nxt[prev[x]] = nxt[x]
+                    if nxt[x] >= 0:
+                        prev[nxt[x]] = prev[x]
+                    else:
+                        tail = prev[x]
+                    prev[x] = -1
+                    nxt[x] = head
+                    prev[head] = x
+                    head = x
+                continue
+            if not done:
+                continue
+            s = sizes[x]
+            if s > capacity:
+                while flush and head >= 0:  # flush: empty the cache, store nothing
+                    y = head
+                    head = nxt[y]
+                    present[y] = 0
+                    prev[y] = nxt[y] = -1
+                    tail = -1
+                    used = 0
+                continue
+            present[x] = 1
+            prev[x] = -1
+            nxt[x] = head
+            if head >= 0:
+                prev[head] = x
+            else:
+                tail = x
+            head = x
+            used += s
+            while used > capacity:  # never empties: x alone fits
+                y = tail
+                tail = prev[y]
+                nxt[tail] = -1
+                present[y] = 0
+                prev[y] = -1
+                used -= sizes[y]
+    return hits

@@ -1,4 +1,4 @@
-"""Exact byte-LRU hit counts for every capacity at once (see ``kernels.py`` for the one pass).
+"""Exact byte-LRU hit counts for every capacity at once (the one pass: ``kernels.stack_kernel``).
 
 Semantics: an LRU by bytes that evicts whole objects from the LRU end. An object larger than the
 capacity is either bypassed (Dynamo: not inserted, nothing evicted) or flushes the cache and then
@@ -23,22 +23,8 @@ from .media import COUNTS, MODALITIES, modal_key
 
 OVERSIZE = ("bypass", "flush")
 _INF = 1 << 62
-# Below this many references the plain-Python kernel beats importing numba and loading its cache.
-PYTHON_MAX_REFS = 30_000
 # Bypass tiers below the largest entry use a truncated LRU stack when it stays this shallow.
 WINDOW_MAX_DEPTH = 48
-_COMPILED: dict | None = None
-
-
-def kernels(compiled: bool) -> dict:
-    """The kernels by name: numba-compiled (falls back to Python without numba) or plain Python."""
-    global _COMPILED
-    if not compiled:
-        return {f.__name__: f for f in (K.stack_kernel, K.window_kernel, K.decider_kernel,
-                                       K.pack_kernel, K.group_kernel)}
-    if _COMPILED is None:
-        _COMPILED = K._compiled() or kernels(False)
-    return _COMPILED
 
 
 def dense_ids(keys: Sequence | np.ndarray) -> tuple[np.ndarray, int]:
@@ -76,14 +62,14 @@ def required_capacity(ids: np.ndarray, sizes: np.ndarray, num_objects: int | Non
     m = int(ids.max()) + 1 if num_objects is None and n else (num_objects or 0)
     slots = 2 * m + 2
     if compiled is None:
-        compiled = n > PYTHON_MAX_REFS
+        compiled = n > K.PYTHON_MAX_REFS
     if not compiled:
         out = [0] * n
         K.stack_kernel(ids.tolist(), sizes.tolist(), out, [-1] * m, [0] * m, [0] * (slots + 1),
                        [-1] * (slots + 1))
         return np.array(out, np.int64)
     req = np.empty(n, np.int64)
-    kernels(True)["stack_kernel"](ids, sizes, req, np.full(m, -1, np.int64), np.zeros(m, np.int64),
+    K.compiled(K.stack_kernel)(ids, sizes, req, np.full(m, -1, np.int64), np.zeros(m, np.int64),
                                   np.zeros(slots + 1, np.int64), np.full(slots + 1, -1, np.int64))
     return req
 
@@ -158,22 +144,22 @@ def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tok
     hit. (required capacity, object, decider) are packed into one int64 and sorted by value.
     Returns [capacity, hits, bytes, tokens, full requests, per-modality rows (``obj_mod``)].
     """
-    kern = kernels(req.size > PYTHON_MAX_REFS)
+    n = req.size
     if ref_row is None:
         dec = (req >= 0).astype(np.int64)
     else:
-        dec = kern["decider_kernel"](req, ref_row, np.empty(req.size, np.int64))
+        dec = K.for_size(K.decider_kernel, n)(req, ref_row, np.empty(n, np.int64))
     bits = max(1, int(obj_sizes.size - 1).bit_length())
     top = int(req.max()) if req.size else 0
     if top >= (1 << (62 - bits)):
         raise UserError("cache sizes too large to analyse (required capacity overflows 64 bits)")
-    packed = kern["pack_kernel"](req, ids, dec, min(hi, _INF), bits)
+    packed = K.for_size(K.pack_kernel, n)(req, ids, dec, min(hi, _INF), bits)
     packed.sort()
-    caps, cols = kern["group_kernel"](packed, bits, obj_sizes, obj_tokens, lo)
+    group = K.for_size(K.group_kernel, n)
+    caps, cols = group(packed, bits, obj_sizes, obj_tokens, lo)
     if obj_mod is None:
         return [caps, *cols]
-    return [caps, *cols, *_modal_columns(kern["group_kernel"], packed, bits, obj_sizes, obj_tokens,
-                                         obj_mod, lo)]
+    return [caps, *cols, *_modal_columns(group, packed, bits, obj_sizes, obj_tokens, obj_mod, lo)]
 
 
 def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
@@ -200,7 +186,7 @@ def _tier_required(ids: np.ndarray, obj_sizes: np.ndarray, sizes: np.ndarray, t_
     """Required capacities valid below ``t_hi`` on the trace without objects larger than t_lo."""
     depth = t_hi // smallest + 2
     if depth <= WINDOW_MAX_DEPTH:
-        kern = kernels(ids.size > PYTHON_MAX_REFS)["window_kernel"]
+        kern = K.for_size(K.window_kernel, ids.size)
         return kern(ids, obj_sizes, t_lo, t_hi, np.empty(ids.size, np.int64),
                     np.zeros(depth + 1, np.int64))
     keep = sizes <= t_lo

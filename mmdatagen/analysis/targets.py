@@ -5,7 +5,7 @@ policy allows it.
   flight): the one-pass stack curve (``lru.lru_curve``).
 - vLLM's processor cache touches a request's cached items before inserting its misses, so an
   item hits iff it was resident when the request started: the stack distance is taken at the
-  request's start (``touch_kernel``). Exact for every capacity that holds each request's
+  request's start (``kernels.touch_kernel``). Exact for every capacity that holds each request's
   distinct items together; below that, an exact replay at the asked capacities.
 - SGLang keys one entry by the request's whole image set: a stack curve over sets, each set's
   answer counted for all its images.
@@ -21,75 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..caches import CacheTarget, make_cache
-from .lru import PYTHON_MAX_REFS, Curve, _step_curve, required_capacity
+from . import kernels as K
+from .lru import Curve, _step_curve, required_capacity
 from .trace import Trace
-
-
-def touch_kernel(ids, row_start, req, obj_sizes, last, prev):
-    """Required capacity at the request's start for each first occurrence of an object inside
-    its request: from the one-pass distance (size + distinct sizes since the previous
-    reference, in ``req``, rewritten in place) subtract the objects the request looked up
-    before it that were not referenced since that previous reference. ``row_start`` has one
-    more entry than there are requests; ``last`` (-1 per object) and ``prev`` are work buffers.
-    """
-    for r in range(len(row_start) - 1):
-        s, e = row_start[r], row_start[r + 1]
-        for i in range(s, e):
-            prev[i] = last[ids[i]]
-            last[ids[i]] = i
-        for i in range(s, e):
-            p = prev[i]
-            if p < 0 or p >= s:
-                continue  # a first reference ever, or a repeat inside the request
-            for j in range(s, i):
-                if prev[j] >= s or ids[j] == ids[i]:
-                    continue  # not the first copy of its object in this request
-                if prev[j] < p:
-                    req[i] -= obj_sizes[ids[j]]
-    return req
-
-
-def fifo_kernel(ids, obj_sizes, capacity, flags, present, ring):
-    """Hit flag per reference in a FIFO by size that skips entries larger than ``capacity``."""
-    head = 0
-    tail = 0
-    used = 0
-    n_ring = len(ring)
-    for i in range(len(ids)):
-        x = ids[i]
-        if present[x]:
-            flags[i] = 1
-            continue
-        sz = obj_sizes[x]
-        if sz > capacity or capacity == 0:
-            continue
-        while used + sz > capacity:
-            old = ring[head % n_ring]
-            head += 1
-            present[old] = 0
-            used -= obj_sizes[old]
-        ring[tail % n_ring] = x
-        tail += 1
-        present[x] = 1
-        used += sz
-    return flags
-
-
-_JIT: dict = {}
-
-
-def _kernel(name: str, n: int):
-    fn = {"touch": touch_kernel, "fifo": fifo_kernel}[name]
-    if n <= PYTHON_MAX_REFS:
-        return fn
-    if name not in _JIT:
-        try:
-            import numba
-
-            _JIT[name] = numba.njit(cache=True, nogil=True)(fn)
-        except ImportError:  # pragma: no cover
-            _JIT[name] = fn
-    return _JIT[name]
 
 
 def row_starts(trace: Trace) -> np.ndarray:
@@ -104,8 +38,8 @@ def touch_required(trace: Trace, sizes: np.ndarray) -> np.ndarray:
     req = required_capacity(ids, sizes[ids], sizes.size)
     if ids.size == 0:
         return req
-    fn = _kernel("touch", ids.size)
-    if fn is touch_kernel:  # plain Python: lists are faster than numpy scalars
+    fn = K.for_size(K.touch_kernel, ids.size)
+    if fn is K.touch_kernel:  # plain Python: lists are faster than numpy scalars
         out = fn(ids.tolist(), row_starts(trace).tolist(), req.tolist(), sizes.tolist(),
                  [-1] * sizes.size, [-1] * ids.size)
         return np.asarray(out, np.int64)
@@ -126,7 +60,7 @@ def request_span(trace: Trace, sizes: np.ndarray) -> int:
 def fifo_flags(trace: Trace, sizes: np.ndarray, capacity: float) -> np.ndarray:
     ids = np.ascontiguousarray(trace.ids, np.int64)
     m = sizes.size
-    fn = _kernel("fifo", ids.size)
+    fn = K.for_size(K.fifo_kernel, ids.size)
     flags = fn(ids, np.asarray(sizes, np.int64), int(min(capacity, 1 << 62)),
                np.zeros(ids.size, np.int64), np.zeros(m, np.int64), np.zeros(m + 1, np.int64))
     return np.asarray(flags, bool)

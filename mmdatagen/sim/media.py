@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io.mediaref import MediaResolver, read_local
+from .errors import RequestError
 
 MEDIA_PARTS = ("video_url", "input_audio")
 
@@ -24,7 +25,6 @@ def media_part(part: dict, ptype: str, resolver) -> Any:
     """One ``video_url`` / ``input_audio`` part as a SimImage (``resolver``: the request's
     ImageResolver, whose model and cache target size it)."""
     from .engine import SimImage
-    from .protocol import RequestError
 
     media = getattr(resolver, "_media", None)
     if media is None:
@@ -38,8 +38,6 @@ def media_part(part: dict, ptype: str, resolver) -> Any:
 
 def turn_media(turn, resolver) -> list:
     """A dataset turn's videos and audios as SimImages (virtual runs read local files)."""
-    from .protocol import RequestError
-
     out = []
     for ref in turn.audios:
         if not ref:

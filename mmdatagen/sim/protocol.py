@@ -16,6 +16,7 @@ from ..errors import DatasetError, UserError
 from ..io.imageref import ImageIdentifier, entry_size
 from ..vlm import VisionModel
 from .engine import SimImage
+from .errors import RequestError
 from .media import MEDIA_PARTS, media_part
 from .profile import Profile
 
@@ -24,24 +25,6 @@ WORDS = (" This", " is", " a", " simulated", " response", " from", " a", " perfo
          " model", ",", " not", " a", " language", " model", ".")
 _WORD_JSON = tuple(orjson.dumps(w) for w in WORDS)
 NOTICE = "mmdatagen simulator: a performance model, not a language model"
-
-
-class RequestError(Exception):
-    """A client error answered with an OpenAI-style error body."""
-
-    def __init__(self, status: int, message: str, etype: str = "invalid_request_error",
-                 code: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.etype, self.code = status, message, etype, code
-
-    def body(self) -> bytes:
-        return error_body(self.status, self.message, self.etype, self.code)
-
-
-def error_body(status: int, message: str, etype: str = "invalid_request_error",
-               code: str | None = None) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": etype, "param": None,
-                                   "code": code if code is not None else status}})
 
 
 @dataclass

@@ -17,6 +17,7 @@ from aiohttp import web
 from ..caches import RESET_PATHS, TIMELINE_PATH, TieredCache
 from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimRequest
+from .errors import RequestError, error_body
 from .faults import FaultConfig, FaultInjector, RequestFaults
 from .profile import Profile
 from .protocol import (
@@ -24,9 +25,7 @@ from .protocol import (
     NOTICE,
     ImageResolver,
     ParsedRequest,
-    RequestError,
     Responder,
-    error_body,
     parse_body,
 )
 
