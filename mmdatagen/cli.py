@@ -10,15 +10,14 @@ import sys
 import click
 
 from . import __version__
-from .errors import SpecError, UserError
+from .errors import SpecError
 from .lifecycle import (
-    EXIT_ENVIRONMENT,
-    EXIT_USER,
-    describe_os_error,
+    StdoutError,
     exit_now,
+    guard_standard_streams,
     install_handlers,
-    interrupt_exit_code,
-    is_environment_error,
+    outcome,
+    silence_stdout,
 )
 from .spec.base import for_cli
 
@@ -54,21 +53,33 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except SpecError as exc:  # a library-level field error: name the flag here, at the edge
-            click.echo(f"error: {for_cli(exc)}", err=True)
-            ctx.exit(2)
-        except UserError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(EXIT_USER)
+        except click.exceptions.ClickException:
+            raise  # a subcommand's usage error: click's own (one line in main)
+        except Exception as exc:
+            ctx.exit(_fail(exc))
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (lifecycle.Terminated)
-            click.echo("terminated" if interrupt_exit_code(exc) != 130 else "interrupted", err=True)
-            exit_now(interrupt_exit_code(exc))
-        except OSError as exc:  # disk full, file-size limit: exit 1; a bad path: exit 2
-            message = describe_os_error(exc)
-            if exc.filename is None and _stdout_broken(exc):
-                message = f"cannot write to standard output: {message}"
-            click.echo(f"error: {message}", err=True)
-            ctx.exit(EXIT_ENVIRONMENT if is_environment_error(exc) else EXIT_USER)
+            exit_now(_fail(exc))
+
+
+def _fail(exc: BaseException) -> int:
+    """THE error path of every command: one stderr line, the exit code of ``lifecycle.outcome``
+    (143 SIGTERM, 130 Ctrl-C, 1 a failed run or the machine, 2 bad input). Anything else is a
+    bug and keeps its traceback."""
+    if isinstance(exc, click.exceptions.Abort) and isinstance(exc.__context__, KeyboardInterrupt):
+        exc = exc.__context__  # click turns a signal outside a command into Abort
+    if isinstance(exc, click.ClickException):
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    if isinstance(exc, click.exceptions.Abort):
+        exc = KeyboardInterrupt()
+    result = outcome(for_cli(exc) if isinstance(exc, SpecError) else exc)
+    if result is None:
+        raise exc
+    code, line = result
+    if isinstance(exc, StdoutError):
+        silence_stdout()
+    click.echo(line, err=True)
+    return code
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,60 +90,19 @@ def cli() -> None:
 
 
 def main() -> None:
-    """Console entry point: usage errors are one line too, exit code 2."""
+    """Console entry point: every failure (usage errors too) is one line and its exit code."""
     install_handlers()  # SIGTERM like Ctrl-C; a file-size limit is an error, not a core dump
-    try:
-        sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]  # non-UTF-8 paths as bytes
-    except (AttributeError, ValueError):
-        pass
+    guard_standard_streams()  # every stdout write checked; non-UTF-8 paths printed as bytes
     try:
         code = cli.main(prog_name="mmdatagen", standalone_mode=False)
-        if code:
-            _silence_stdout(flush=True)
-        else:
-            sys.stdout.flush()
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
-    except OSError as exc:  # stdout closed or full (``> /dev/full``, a closed pipe)
-        _silence_stdout()
-        click.echo(f"error: cannot write to standard output: {describe_os_error(exc)}", err=True)
-        sys.exit(EXIT_ENVIRONMENT)
+        sys.stdout.flush()
+    except (Exception, KeyboardInterrupt) as exc:
+        code = _fail(exc)
+        if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+            exit_now(code)
+    if code:
+        silence_stdout()  # an error was reported: a failing final flush stays silent
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def _stdout_broken(exc: OSError) -> bool:
-    """True (and stdout silenced) when ``exc`` came from printing to standard output."""
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_name == "echo" and "click" in code.co_filename \
-                and not tb.tb_frame.f_locals.get("err"):
-            _silence_stdout()
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _silence_stdout(flush: bool = False) -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail again (after an
-    error already reported: a failing flush then stays silent)."""
-    import os
-
-    if flush:
-        try:
-            sys.stdout.flush()
-            return
-        except (OSError, ValueError):
-            pass
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Specs -> plan -> materialised dataset: the library call behind ``pool`` and ``sliding-window``."""
 from __future__ import annotations
 
+import contextlib
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,20 +66,38 @@ def make_dataset(workload: Workload, content: Content, output: Output,
                      force=output.force, quiet=output.quiet, workers=output.workers,
                      output_length=c.output_length)
     params = manifest_params(workload, content, output, media_used)
-    if output.hf:
-        from .io.hf import check_targets
+    with contextlib.ExitStack() as locks:
+        if output.hf:  # the JSONL and its HF copy are one output: whole or absent
+            from .io.atomic import output_lock
+            from .io.hf import check_targets
 
-        check_targets(out.final_path, output.hf_parquet, output.force)
-    with start_workers(output.workers) as executor:  # fork before a tokenizer starts a thread
-        texts = TextEngine(get_tokenizer(c.tokenizer), c.text_tokens, output.seed,
-                           c.shared_prefix_tokens)
-        result = generate(plan, ImageFactory(style, output.seed), texts, delivery, out, params,
-                          executor, media_styles=styles)
-    if output.hf:
-        from .io.hf import write_hf
-
-        write_hf(result.path, result.image_dir, output.hf_parquet, output.force)
+            for path in (out.final_path, *check_targets(out.final_path, output.hf_parquet,
+                                                        output.force)):
+                locks.enter_context(output_lock(path))
+        with start_workers(output.workers) as executor:  # fork before a tokenizer starts a thread
+            texts = TextEngine(get_tokenizer(c.tokenizer), c.text_tokens, output.seed,
+                               c.shared_prefix_tokens)
+            result = generate(plan, ImageFactory(style, output.seed), texts, delivery, out,
+                              params, executor, media_styles=styles)
+        if output.hf:
+            _write_hf(result, output)
     return result
+
+
+def _write_hf(result: Result, output: Output) -> None:
+    """The Hugging Face copy of a finished dataset; when it fails (disk full, SIGTERM) the
+    dataset just written goes too, so no half of the output is left."""
+    from .io.hf import write_hf
+
+    try:
+        write_hf(result.path, result.image_dir, output.hf_parquet, output.force)
+    except BaseException:
+        for path in (result.path, result.manifest):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        if result.image_dir is not None and output.num_shards == 1:  # shards share the folder
+            shutil.rmtree(result.image_dir, ignore_errors=True)
+        raise
 
 
 def summary(result: Result) -> str:

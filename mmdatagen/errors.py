@@ -1,4 +1,6 @@
-"""Errors a user can cause; the CLI turns them into one line and exit code 2."""
+"""Errors the CLI turns into one line: bad input (exit code 2) and a failed run (exit code 1).
+
+The one mapping from errors to exit codes is ``lifecycle.outcome``."""
 from __future__ import annotations
 
 
@@ -20,3 +22,8 @@ class SpecError(UserError):
 
     def __reduce__(self) -> tuple[type[SpecError], tuple[str, str]]:
         return type(self), (self.name, self.problem)  # crosses process pools intact
+
+
+class RunFailed(Exception):
+    """A run that ended without a result: every request failed. Its partial outputs are written;
+    the CLI prints one line and exits with code 1 (the input was fine, the run was not)."""

@@ -9,20 +9,32 @@
   kernel signals them when their parent dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``).
 - :func:`describe_os_error` turns an environment failure (disk full, file too large,
   permission denied) into one sentence; the CLI prints it as ``error: ...`` with exit code 1.
+- :func:`outcome` is THE exit-code policy, for every command and the embedded simulator: 143
+  SIGTERM, 130 SIGINT, 1 a failed run or the machine (disk full, stdout closed), 2 bad input.
+- :func:`raise_stopped`: a run that caught a signal itself (to write its partial export) stops
+  the same way afterwards, so its exit code is the signal's.
+- :func:`guard_standard_streams`: every write to standard output is checked (a short write on a
+  full disk or under ``ulimit -f`` is an error, not a silently cut file); a closed stdout is an
+  error on the first write, and its file descriptor is never reused by an output file.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import errno
+import io
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
+
+from .errors import RunFailed, UserError
 
 PR_SET_PDEATHSIG = 1
 EXIT_ENVIRONMENT = 1  # the machine failed us (disk full, file-size limit, permissions)
+EXIT_FAILED = 1       # the run failed (every request failed)
 EXIT_USER = 2         # bad input (flags, files, datasets)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 DIE_WITH = "MMDATAGEN_DIE_WITH_PARENT"  # env: a child command dies with this parent pid
 
 
@@ -61,7 +73,37 @@ def install_handlers() -> None:
 
 def interrupt_exit_code(exc: BaseException) -> int:
     """130 for Ctrl-C, 128 + N for a signal N turned into :class:`Terminated`."""
-    return exc.exit_code if isinstance(exc, Terminated) else 130
+    return exc.exit_code if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+def raise_stopped(signum: int) -> NoReturn:
+    """Stop like the signal ``signum`` would have (after a run that handled it itself)."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+class StdoutError(OSError):
+    """A write to standard output failed (closed, full disk, file-size limit, closed pipe)."""
+
+
+def outcome(exc: BaseException) -> tuple[int, str] | None:
+    """The exit code and the one stderr line for an exception that ends a command; None for a
+    programming error (it keeps its traceback). A :class:`~mmdatagen.errors.SpecError` is
+    worded with its flag by the caller first (``spec.base.for_cli``)."""
+    if isinstance(exc, KeyboardInterrupt):
+        code = interrupt_exit_code(exc)
+        return code, "interrupted" if code == EXIT_INTERRUPTED else "terminated"
+    if isinstance(exc, RunFailed):
+        return EXIT_FAILED, f"error: {exc}"
+    if isinstance(exc, UserError):
+        return EXIT_USER, f"error: {exc}"
+    if isinstance(exc, StdoutError):
+        return EXIT_ENVIRONMENT, f"error: cannot write to standard output: {describe_os_error(exc)}"
+    if isinstance(exc, OSError):  # disk full, file-size limit: exit 1; a bad path: exit 2
+        return (EXIT_ENVIRONMENT if is_environment_error(exc) else EXIT_USER,
+                f"error: {describe_os_error(exc)}")
+    return None
 
 
 def exit_now(code: int) -> None:
@@ -133,3 +175,90 @@ def describe_os_error(exc: OSError) -> str:
 def is_environment_error(exc: BaseException) -> bool:
     """An OSError from the machine (disk full, quota, size limit, I/O), not from user input."""
     return isinstance(exc, OSError) and exc.errno in _ENV_ERRNOS
+
+
+class _CheckedWriter(io.RawIOBase):
+    """File descriptor 1 with every write checked: a short write is retried until the kernel
+    refuses (then :class:`StdoutError`); a descriptor closed at start refuses every write."""
+
+    def __init__(self, fd: int, closed: bool) -> None:
+        super().__init__()
+        self.fd, self.was_closed = fd, closed
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return not self.was_closed and os.isatty(self.fd)
+
+    def write(self, data: Any) -> int:
+        if self.was_closed:
+            raise StdoutError(errno.EBADF, "standard output is closed")
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            try:
+                n = os.write(self.fd, view[done:])
+            except OSError as exc:
+                raise StdoutError(exc.errno, exc.strerror) from None
+            if n == 0:
+                raise StdoutError(errno.EIO, "nothing written")
+            done += n
+        return done
+
+
+def _occupy(fd: int) -> bool:
+    """Open /dev/null on ``fd`` when it is closed (so no output file gets that number and
+    receives what was meant for the terminal); True when it was closed."""
+    try:
+        os.fstat(fd)
+        return False
+    except OSError:
+        pass
+    null = os.open(os.devnull, os.O_RDWR)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+    return True
+
+
+def guard_standard_streams() -> None:
+    """In a command's main process, before any output: ``sys.stdout`` checks every write (see
+    :class:`_CheckedWriter`); non-UTF-8 paths are printed as their bytes (surrogateescape)."""
+    err_closed = _occupy(2)
+    out_closed = _occupy(1)
+    old = sys.stdout
+    encoding = getattr(old, "encoding", None) or "utf-8"
+    if old is not None:
+        try:
+            old.flush()
+        except (OSError, ValueError):
+            pass
+    raw = _CheckedWriter(1, out_closed)
+    tty = raw.isatty()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=encoding,
+                                  errors="surrogateescape", line_buffering=tty, write_through=tty)
+    if err_closed or sys.stderr is None:
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", write_through=True)
+
+
+def silence_stdout() -> None:
+    """After a standard-output error was reported: point fd 1 at /dev/null and drop what is
+    buffered, so the interpreter's final flush cannot fail (and print) again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
+    raw = getattr(getattr(sys.stdout, "buffer", None), "raw", None)
+    if isinstance(raw, _CheckedWriter):
+        raw.was_closed = False
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass

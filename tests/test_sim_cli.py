@@ -28,7 +28,7 @@ def test_embedded_server_serves_and_stops_cleanly():
                 assert resp.headers["x-mmdatagen-image-misses"] == expect
                 assert json.loads(resp.read())["usage"]["completion_tokens"] == 3
         proc = srv.proc
-    assert proc.returncode == 0  # SIGTERM -> clean exit
+    assert proc.returncode == 143  # SIGTERM -> a clean stop, with the signal's exit code
     assert srv.proc is None
 
 
@@ -82,7 +82,8 @@ def test_serve_sigint_subprocess(tmp_path):
         assert "listening on http://127.0.0.1:" in line and "not a language model" in line
         assert json.loads(ready.read_text())["port"] > 0
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(10) == 0
+        assert proc.wait(10) == 130  # Ctrl-C's code, as every command
+        assert not ready.exists()  # a stopped server is not ready
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -115,7 +116,7 @@ def test_sigterm_with_streams_in_flight_exits_cleanly():
 
     try:
         asyncio.run(go())
-        assert proc.wait(8) == 0  # not killed: a clean exit with requests in flight
+        assert proc.wait(8) == 143  # not killed: a clean stop with requests in flight
     finally:
         srv.stop()
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 @report_options
 def bench(**v: Any) -> None:
     """Benchmark an OpenAI-compatible server with an AIPerf dataset (AIPerf-compatible metrics)."""
-    from ..loadgen.run import run_bench
+    from ..loadgen.run import finish_run, run_bench
     from ..loadgen.setup import bench_config, goodput_line
 
     load, target = make(Load, v), make(BenchTarget, v)
@@ -42,8 +42,7 @@ def bench(**v: Any) -> None:
 
         write_report(runs_report("bench", [("run", result.export)], "mmdatagen bench"),
                      target.output_dir, load.quiet, v["png"])
-    if result.export.get("was_cancelled"):
-        raise SystemExit(130)
+    finish_run(result, "bench")  # stopped: 143 / 130; every request failed: 1
 
 
 @click.command()

@@ -80,6 +80,7 @@ def sweep(**v: Any) -> None:
                        goodput=v["goodput"], report=not v["no_report"], png=v["png"])
     result = run_sweep(cfg)
     if load.quiet:
+        result.check()
         return
     click.echo(sweep_table(result.doc))
     click.echo(f"\nwritten: {result.json}  {result.csv}")
@@ -87,3 +88,4 @@ def sweep(**v: Any) -> None:
         pngs = result.report["pngs"]
         click.echo(f"report: {result.report['html']}"
                    + (f"  (+ {len(pngs)} PNG plots)" if pngs else ""))
+    result.check()  # a run whose every request failed: exit 1

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -32,6 +33,26 @@ NAME_MAX = 255
 
 def _parent(path: Path) -> Path:
     return path.parent if str(path.parent) else Path(".")
+
+
+STEM_BYTES = 120  # a hidden companion's name (lock, temporary) keeps this much of the output's
+
+
+def _stem(name: str) -> str:
+    """The part of an output's name its hidden companions (``.<stem>.lock``, ``.<stem>.X.part``)
+    carry: the whole name when short, else a prefix and a hash of the whole name, so two long
+    names that share their first characters never share a lock or a temporary file."""
+    raw = os.fsencode(name)
+    if len(raw) <= STEM_BYTES:
+        return name
+    prefix = name[:80]
+    while len(os.fsencode(prefix)) > 80:  # whole characters only
+        prefix = prefix[:-1]
+    return f"{prefix}~{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
+def _hidden(path: Path, suffix: str) -> Path:
+    return _parent(path) / f".{_stem(path.name)}{suffix}"
 
 
 def check_path_text(path: Path) -> None:
@@ -93,7 +114,7 @@ def check_not_input(outputs: Iterable[Path], inputs: Iterable[Path]) -> None:
 def _mkstemp(path: Path) -> tuple[int, str]:
     # A short prefix: the final name may use the whole NAME_MAX, the temporary one must fit too.
     try:
-        return tempfile.mkstemp(prefix=f".{path.name[:120]}.", suffix=".part", dir=_parent(path))
+        return tempfile.mkstemp(prefix=f".{_stem(path.name)}.", suffix=".part", dir=_parent(path))
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror}") from None
 
@@ -168,7 +189,7 @@ def staged_dir(final: Path, force: bool) -> Iterator[Path]:
     parent = _parent(final)
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{final.name[:120]}.", suffix=".part", dir=parent))
+        stage = Path(tempfile.mkdtemp(prefix=f".{_stem(final.name)}.", suffix=".part", dir=parent))
     except OSError as exc:
         raise UserError(f"cannot create image folder {final}: {exc.strerror}") from None
     try:
@@ -176,7 +197,7 @@ def staged_dir(final: Path, force: bool) -> Iterator[Path]:
         yield stage
         old = None
         if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name[:120]}.", suffix=".old", dir=parent))
+            old = Path(tempfile.mkdtemp(prefix=f".{_stem(final.name)}.", suffix=".old", dir=parent))
             os.replace(final, old / "x")
         os.replace(stage, final)
         if old is not None:
@@ -189,9 +210,9 @@ def staged_dir(final: Path, force: bool) -> Iterator[Path]:
 def _remove_stale(path: Path) -> None:
     """Remove temporaries a killed writer of ``path`` left (``.<name>.XXXX.part``): whoever holds
     the lock is the only live writer, so any such file is garbage."""
-    name = glob_escape(path.name[:120])
+    name, manifest = (glob_escape(_stem(n)) for n in (path.name, f"{path.name}.manifest.json"))
     for pattern in (f".{name}.{'?' * 8}.part", f".{name}.{'?' * 8}.old",
-                    f".{name}.manifest.json.{'?' * 8}.part"):
+                    f".{manifest}.{'?' * 8}.part"):
         _remove_matching(_parent(path), pattern)
 
 
@@ -209,18 +230,47 @@ def glob_escape(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
+_HELD: dict[str, int] = {}  # lock files this process holds -> how many holders
+
+
 @contextlib.contextmanager
 def output_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock for writing ``path`` (``.<name>.lock`` beside it).
+    """Hold an exclusive advisory lock for writing ``path``, a file or a folder (``.<name>.lock``
+    beside it; a long name's lock carries a hash of the whole name).
 
     A second writer of the same output fails at once with a one-line error; the lock file is
     removed when the writer finishes (or dies: the kernel releases the lock with the process).
+    The holder may take it again (a command locks what its library calls lock too).
     """
+    path = Path(path)
+    if path.name in ("", ".", ".."):  # a folder given as "." locks under its own name
+        path = path.resolve()
+    check_path_text(path)
+    lock = _hidden(path, ".lock")
+    key = os.path.abspath(lock)
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    fd = _acquire(path, lock)
+    _HELD[key] = 1
+    _remove_stale(path)
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
+def _acquire(path: Path, lock: Path) -> int:
+    """The locked descriptor of ``lock`` (a one-line error when another process holds it)."""
     import fcntl
 
-    path = Path(path)
-    check_path_text(path)
-    lock = _parent(path) / f".{path.name[:200]}.lock"
     try:
         _parent(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -242,12 +292,5 @@ def output_lock(path: Path) -> Iterator[None]:
         except FileNotFoundError:
             now = None
         if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
-            break
+            return fd
         os.close(fd)  # the previous holder removed the file between our open and lock: retry
-    _remove_stale(path)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
-        os.close(fd)

@@ -156,7 +156,13 @@ def write_hf(jsonl: Path, image_dir: Path | None, parquet: bool = False,
     target = written[0]
     datasets.disable_progress_bars()
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
-        ds = build_dataset(jsonl, image_dir, Path(tmp) / "cache")
+        try:
+            ds = build_dataset(jsonl, image_dir, Path(tmp) / "cache")
+        except Exception as exc:  # datasets wraps a full disk, or our own error, in its own
+            cause = exc.__cause__
+            if isinstance(cause, (OSError, UserError)) and cause is not exc:
+                raise cause from None
+            raise
         staged = Path(tmp) / "out"
         ds.save_to_disk(str(staged))
         (staged / MANIFEST_NAME).write_bytes(manifest_path(jsonl).read_bytes())

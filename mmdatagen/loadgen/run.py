@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ..console import console_table
-from ..errors import SpecError, UserError
+from ..errors import RunFailed, SpecError, UserError
 from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
+from ..lifecycle import raise_stopped
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .failures import DEFAULT_MAX_RESPONSE_BYTES
@@ -108,6 +109,34 @@ class BenchResult:
     records: list
     paths: dict
     table: str
+    stopped_by: int | None = None  # the signal that stopped the run (its export is partial)
+
+
+def failed_run(export: dict) -> str | None:
+    """Why a run has no result (every request failed), or None. Bench, ab and sweep (resumed
+    runs too) ask this one question of an export."""
+    ok = (export.get("request_count") or {}).get("avg") or 0
+    errors = (export.get("error_request_count") or {}).get("avg") or 0
+    if ok or not errors:
+        return None
+    summary: list[dict] = [e["error_details"] for e in export.get("error_summary") or ()
+                           if isinstance(e, dict) and isinstance(e.get("error_details"), dict)]
+    first = summary[0] if summary else {}
+    what = " ".join(str(first[k]) for k in ("code", "type") if first.get(k) is not None)
+    message = " ".join(str(first.get("message") or "").split())[:160]
+    return f"every request failed ({errors:,} errors" + (
+        f"; most often {what}: {message}" if what or message else "") + ")"
+
+
+def finish_run(result: BenchResult, what: str = "the run") -> None:
+    """After a run's exports are written: stop as its signal would (exit 143 or 130), or fail
+    (exit 1) when every request failed; the one place bench, ab and sweep decide this."""
+    if result.stopped_by is not None:
+        raise_stopped(result.stopped_by)
+    problem = failed_run(result.export)
+    if problem is not None:
+        folder = Path(result.paths["export"]).parent if result.paths.get("export") else "?"
+        raise RunFailed(f"{what}: {problem}; exports in {folder}")
 
 
 def validate_config(cfg: BenchConfig) -> None:
@@ -226,6 +255,7 @@ class _Stopper:
         self.loop, self.sched, self.ctx, self.tasks, self.grace = loop, sched, ctx, tasks, grace
         self.presses = 0
         self.cancelled = False
+        self.signum: int | None = None  # the first signal: the run's exit code follows it
         self.guarded: asyncio.Future | None = None
 
     def cancel_all(self) -> None:
@@ -235,6 +265,8 @@ class _Stopper:
     def on_signal(self, terminate: bool) -> None:
         self.presses += 1
         self.cancelled = True
+        if self.signum is None:
+            self.signum = signal.SIGTERM if terminate else signal.SIGINT
         self.sched.stop()
         if self.guarded is not None and not self.guarded.done():
             self.guarded.cancel()
@@ -310,6 +342,7 @@ class _Drive:
     n_workers: int
     cancelled: bool
     reset: dict | None = None  # --reset-cache: what the server's reset endpoints answered
+    stopped_by: int | None = None  # the signal that stopped the run
 
 
 def _session(cfg: BenchConfig, url: str, embedded: bool) -> _Session:
@@ -397,7 +430,7 @@ async def _drive(s: _Session, url: str) -> _Drive:
                 after = await stop.guard(last)
         await sampler.close()  # also when a second signal cut the last scrape short
     return _Drive(before, after, wall_offset, crashes, sampler, n_workers, stop.cancelled,
-                  reset)
+                  reset, stop.signum)
 
 
 async def _reset(cfg: BenchConfig, url: str) -> dict:
@@ -496,7 +529,7 @@ async def _run_async(cfg: BenchConfig, url: str, embedded: bool = False) -> Benc
     paths = write_exports(Path(cfg.output_dir), s.ctx.records, export, extra)
     if s.ctx.fatal is not None:
         raise UserError(f"{s.ctx.fatal} (run stopped; partial exports in {cfg.output_dir})")
-    return BenchResult(export, s.ctx.records, paths, console_table(export))
+    return BenchResult(export, s.ctx.records, paths, console_table(export), d.stopped_by)
 
 
 def _run_loop(coro):

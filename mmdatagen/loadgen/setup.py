@@ -84,19 +84,18 @@ def run_ab(load: Load, runs: AbRuns, cache: AbCache,
            on_start: Callable[[str, str, BenchConfig], None] | None = None,
            on_done: Callable[[str, BenchResult], None] | None = None,
            goodput: tuple[str, ...] = ()) -> list[dict]:
-    """Both runs on the embedded simulator; their exports (an interrupted run is an error)."""
-    from .run import run_bench
+    """Both runs on the embedded simulator; their exports. A stopped run stops ``ab`` (exit
+    143 / 130), a run whose every request failed fails it (``run.finish_run``)."""
+    from .run import finish_run, run_bench
 
     exports = []
     for tag, label, cfg in ab_configs(load, runs, cache, goodput):
         if on_start is not None:
             on_start(tag, label, cfg)
         result = run_bench(cfg)
-        if result.export.get("was_cancelled"):
-            raise UserError(f"run {tag.upper()} was interrupted; partial exports in "
-                            f"{cfg.output_dir}")
-        if on_done is not None:
+        if on_done is not None and result.stopped_by is None:
             on_done(tag, result)
+        finish_run(result, f"run {tag.upper()}")
         exports.append(result.export)
     return exports
 

@@ -23,19 +23,19 @@ import io
 import itertools
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .. import __version__
-from ..errors import SpecError, UserError
+from ..errors import RunFailed, SpecError, UserError
 from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
 from ..spec.load import Load
 from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
-from .run import BenchConfig
+from .run import BenchConfig, failed_run
 from .stats import summarize
 
 if TYPE_CHECKING:
@@ -313,6 +313,14 @@ class SweepResult:
     json: Path
     csv: Path
     report: ReportFiles | None = None
+    failed: list[str] = field(default_factory=list)  # runs whose every request failed
+
+    def check(self) -> None:
+        """Once the results are shown: a sweep with a run whose every request failed failed
+        (exit 1), like ``bench`` (``run.failed_run``)."""
+        if self.failed:
+            more = f" (and {len(self.failed) - 1} more)" if len(self.failed) > 1 else ""
+            raise RunFailed(f"{self.failed[0]}{more}; results in {self.json.parent}")
 
 
 def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
@@ -325,7 +333,9 @@ def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
         raise UserError(f"cannot create {out}: {exc.strerror}") from None
     runner = _Runner(cfg, out, log or _stderr_log(cfg.quiet))
     doc = sweep_document(cfg, [runner.point(params) for params in cfg.expand()])
-    return _write(cfg, out, doc, runner.representatives)
+    result = _write(cfg, out, doc, runner.representatives)
+    result.failed = runner.failed
+    return result
 
 
 def _stderr_log(quiet: bool) -> Log:
@@ -345,6 +355,7 @@ class _Runner:
         self.predictions = _Predictions(Path(cfg.base.input_file))
         self.representatives: dict[str, Export] = {}  # point -> its first repeat's export
         self.metrics_noted = False  # "server metrics not collected" is said once per sweep
+        self.failed: list[str] = []  # runs whose every request failed
 
     def point(self, params: Params) -> SweepPoint:
         """Every repeat of one point, and the summary of each metric over them."""
@@ -368,6 +379,9 @@ class _Runner:
             self.log(f"{tag}: running")
             export = self._run(bc, prof, f"{name} repeat {r}")
         self._note_metrics(export)
+        problem = failed_run(export)
+        if problem is not None:
+            self.failed.append(f"{name} repeat {r}: {problem}")
         if r == 1:
             self.representatives[name] = export
         return {"repeat": r, "dir": str(run_dir), "resumed": resumed, "seed": bc.seed,
@@ -392,13 +406,14 @@ class _Runner:
         if self.cfg.virtual:
             predicted = self.predictions.get(prof, bc.cache_gb) if bc.predict else None
             return run_virtual(bc, prof, predicted)
-        from .run import run_bench
+        from .run import finish_run, run_bench
 
-        export = run_bench(bc).export
-        if export.get("was_cancelled"):
-            raise UserError(f"{what} was interrupted; partial exports in {bc.output_dir} (run "
-                            f"the sweep again to resume)")
-        return export
+        result = run_bench(bc)
+        if result.stopped_by is not None:
+            self.log(f"{what} stopped; partial exports in {bc.output_dir} (run the sweep again "
+                     "to resume)")
+            finish_run(result, what)  # exit 143 / 130, as every command
+        return result.export
 
     def _note_metrics(self, export: Export) -> None:
         series = export.get("server_metrics_timeseries")

@@ -2,44 +2,34 @@
 
 It reads its settings as a :class:`mmdatagen.spec.sim.Simulator` in JSON on standard input
 (written by :class:`mmdatagen.sim.embedded.EmbeddedServer`, which closes the pipe), checks them
-field by field, and serves until SIGTERM/SIGINT. Like the CLI, bad settings are one ``error:``
-line and exit code 2. It dies with the parent named in ``MMDATAGEN_DIE_WITH_PARENT`` (the kernel
-sends SIGTERM even when that parent is SIGKILLed: ``lifecycle.install_handlers``).
+field by field, and serves until SIGTERM/SIGINT. Like the CLI (``lifecycle.outcome``), bad
+settings are one ``error:`` line and exit code 2; SIGTERM exits 143. It dies with the parent
+named in ``MMDATAGEN_DIE_WITH_PARENT`` (the kernel sends SIGTERM even when that parent is
+SIGKILLed: ``lifecycle.install_handlers``).
 """
 from __future__ import annotations
 
 import sys
 
-from ..errors import SpecError, UserError
-from ..lifecycle import (
-    EXIT_ENVIRONMENT,
-    EXIT_USER,
-    describe_os_error,
-    install_handlers,
-    interrupt_exit_code,
-    is_environment_error,
-)
+from ..errors import SpecError
+from ..lifecycle import guard_standard_streams, install_handlers, outcome
 
 
 def main() -> int:
     install_handlers()  # first: die with the parent, SIGTERM like Ctrl-C
+    guard_standard_streams()
     from ..spec.base import for_cli
     from ..spec.sim import Simulator
     from .run import serve_spec
 
     try:
         serve_spec(Simulator.from_json(sys.stdin.buffer.read()))
-    except SpecError as exc:
-        print(f"error: {for_cli(exc)}", file=sys.stderr, flush=True)
-        return EXIT_USER
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_USER
-    except KeyboardInterrupt as exc:  # a signal before the server's own handlers are set
-        return interrupt_exit_code(exc)
-    except OSError as exc:
-        print(f"error: {describe_os_error(exc)}", file=sys.stderr, flush=True)
-        return EXIT_ENVIRONMENT if is_environment_error(exc) else EXIT_USER
+    except (Exception, KeyboardInterrupt) as exc:  # the CLI's exit-code policy (lifecycle.outcome)
+        result = outcome(for_cli(exc) if isinstance(exc, SpecError) else exc)
+        if result is None:
+            raise
+        print(result[1], file=sys.stderr, flush=True)
+        return result[0]
     return 0
 
 

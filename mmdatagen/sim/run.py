@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from ..errors import UserError
 from ..io.atomic import atomic_write_bytes, check_target
+from ..lifecycle import raise_stopped
 from .faults import FaultConfig
 from .server import SimServer
 
@@ -65,7 +67,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path | None,
-                        quiet: bool = False) -> None:
+                        quiet: bool = False) -> int | None:
+    """Serve until SIGINT/SIGTERM (removing ``ready_file`` then); returns the signal."""
     quiet_bad_requests()
     sock = _bind(host, port)
     bound = sock.getsockname()[1]
@@ -76,22 +79,32 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
     await runner.setup()
     await web.SockSite(runner, sock).start()
     stop = asyncio.Event()
+    stopped_by: list[int] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: int) -> None:
+        stopped_by.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if ready_file is not None:
-        atomic_write_bytes(ready_file, json.dumps({"url": url, "port": bound,
-                                                   "pid": os.getpid()}).encode())
-    print(f"mmdatagen serve: listening on {url} (profile {sim.p.name}, "
-          f"cache {sim.engine.target.name} {sim.cache_gb:g} {sim.engine.target.unit}, "
-          f"time scale {sim.scale:g}; "
-          "a performance model, not a language model)", flush=True)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
+        if ready_file is not None:
+            atomic_write_bytes(ready_file, json.dumps({"url": url, "port": bound,
+                                                       "pid": os.getpid()}).encode())
+        print(f"mmdatagen serve: listening on {url} (profile {sim.p.name}, "
+              f"cache {sim.engine.target.name} {sim.cache_gb:g} {sim.engine.target.unit}, "
+              f"time scale {sim.scale:g}; "
+              "a performance model, not a language model)", flush=True)
         await stop.wait()
     finally:
+        if ready_file is not None:  # a stopped server is not ready: its address goes with it
+            with contextlib.suppress(OSError):
+                os.unlink(ready_file)
         await runner.cleanup()
         if not quiet:
             print(f"mmdatagen serve: shut down; {sim.timing_report()}", file=sys.stderr, flush=True)
+    return stopped_by[0] if stopped_by else None
 
 
 def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
@@ -107,7 +120,9 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
     except ImportError:
         pass
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve_forever(sim, host, port, ready_file))
+        signum = runner.run(serve_forever(sim, host, port, ready_file))
+    if signum is not None:
+        raise_stopped(signum)  # exit 143 (SIGTERM) or 130 (Ctrl-C), as every command
 
 
 def serve_spec(settings: Simulator) -> None:
