@@ -67,6 +67,9 @@ def make_dataset(workload: Workload, content: Content, output: Output,
                      output_length=c.output_length)
     params = manifest_params(workload, content, output, media_used)
     with contextlib.ExitStack() as locks:
+        from .io.atomic import reading
+
+        locks.enter_context(reading([c.image_source_dir, c.hf_dataset]))  # never written over
         if output.hf:  # the JSONL and its HF copy are one output: whole or absent
             from .io.atomic import output_lock
             from .io.hf import check_targets

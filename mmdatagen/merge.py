@@ -15,7 +15,7 @@ from typing import Any
 import blake3
 
 from .errors import UserError
-from .io.atomic import atomic_group, check_target, output_lock
+from .io.atomic import atomic_group, check_not_input, check_target, output_lock
 from .io.manifest import (
     MANIFEST_SUFFIX,
     HashingWriter,
@@ -249,9 +249,8 @@ def merge(paths: list[Path], output: Path | None = None, force: bool = False) ->
         paths = discover_shards(Path(output))
     shards = check_belong(load_shards([Path(p) for p in paths]))
     target = Path(output) if output is not None else unsharded_path(shards[0].path)
-    resolved = {s.path.resolve() for s in shards}
-    if target.resolve() in resolved or manifest_path(target).resolve() in resolved:
-        raise UserError(f"output {target} would overwrite a shard")
+    check_not_input([target, manifest_path(target)],
+                    [p for s in shards for p in (s.path, manifest_path(s.path))])
     manifest = merged_manifest(shards)
     with output_lock(target), atomic_group() as open_:
         check_target(target, force, longest_suffix=MANIFEST_SUFFIX)

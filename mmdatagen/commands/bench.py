@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..spec.cache import AbCache, BenchCache, Geometry
 from ..spec.cli import make, options
 from ..spec.load import AB_DEFAULTS, AbRuns, BenchTarget, Load, LoadShard
@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 @report_options
 def bench(**v: Any) -> None:
     """Benchmark an OpenAI-compatible server with an AIPerf dataset (AIPerf-compatible metrics)."""
+    from ..io.atomic import output_lock, reading
     from ..loadgen.run import finish_run, run_bench
-    from ..loadgen.setup import bench_config, goodput_line
+    from ..loadgen.setup import bench_config
 
     load, target = make(Load, v), make(BenchTarget, v)
     cache = make(BenchCache, v)
@@ -31,18 +32,25 @@ def bench(**v: Any) -> None:
                        output_dir=target.output_dir, goodput=v["goodput"], cache=cache.cache,
                        geometry=make(Geometry, v), encoder_budget=cache.encoder_budget,
                        metrics_url=target.metrics_url, shard=make(LoadShard, v))
-    result = run_bench(cfg)
-    if not load.quiet:
+    with reading([cfg.input_file]), output_lock(cfg.output_dir):  # the report is written too
+        result = run_bench(cfg)
+        _show(result, load.quiet)
+        if not v["no_report"]:
+            from ..report.html import runs_report
+
+            write_report(runs_report("bench", [("run", result.export)], "mmdatagen bench"),
+                         target.output_dir, load.quiet, v["png"])
+    finish_run(result, "bench")  # stopped: 143 / 130; every request failed: 1
+
+
+def _show(result: Any, quiet: bool) -> None:
+    from ..loadgen.setup import goodput_line
+
+    if not quiet:
         click.echo(result.table)
         if result.export.get("goodput"):
             click.echo(goodput_line(result.export))
         click.echo(f"\nexports: {result.paths['export']}  {result.paths['records']}")
-    if not v["no_report"]:
-        from ..report.html import runs_report
-
-        write_report(runs_report("bench", [("run", result.export)], "mmdatagen bench"),
-                     target.output_dir, load.quiet, v["png"])
-    finish_run(result, "bench")  # stopped: 143 / 130; every request failed: 1
 
 
 @click.command()
@@ -51,6 +59,7 @@ def bench(**v: Any) -> None:
 @report_options
 def ab(**v: Any) -> None:
     """Run the same benchmark twice on the embedded simulator (A vs B) and compare."""
+    from ..io.atomic import check_not_input, output_lock, reading
     from ..loadgen.setup import run_ab, run_summary
 
     load, runs = make(Load, v), make(AbRuns, v)
@@ -64,9 +73,20 @@ def ab(**v: Any) -> None:
         if not load.quiet:
             click.echo(run_summary(tag, result.export), err=True)
 
-    a, b = run_ab(load, runs, make(AbCache, v), started, done, v["goodput"])
-    _emit_comparison(a, b, runs.labels, Path(runs.output_dir), runs.chart,
-                     report=not v["no_report"], kind="ab", png=v["png"])
+    out = Path(runs.output_dir)
+    with reading([load.input_file]), output_lock(out):
+        check_not_input(_comparison_outputs(out, runs.chart, True))
+        a, b = run_ab(load, runs, make(AbCache, v), started, done, v["goodput"])
+        _emit_comparison(a, b, runs.labels, out, runs.chart, report=not v["no_report"],
+                         kind="ab", png=v["png"])
+
+
+def _comparison_outputs(out: Path, chart: bool, report: bool) -> list[Path]:
+    """The files ab and compare write beside their runs."""
+    from ..report.html import PLOTS_DIR, REPORT_NAME
+
+    names = ["comparison.md", "comparison.json"] + (["comparison.png"] if chart else [])
+    return [out / n for n in names] + ([out / REPORT_NAME, out / PLOTS_DIR] if report else [])
 
 
 def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart: bool,
@@ -93,30 +113,46 @@ def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart
 @click.option("--output-dir", type=click.Path(path_type=Path), default=Path("."), show_default=True,
               help="Where comparison.md / comparison.json (/ .png) go.")
 @click.option("--chart", is_flag=True, help="Also write comparison.png (needs matplotlib).")
+@click.option("--force", is_flag=True, help="Overwrite comparison and report files that exist.")
 @goodput_option
 @report_options
 def compare(run_a: Path, run_b: Path, labels: tuple[str, str], output_dir: Path, chart: bool,
-            goodput: tuple[str, ...], no_report: bool, png: bool) -> None:
+            force: bool, goodput: tuple[str, ...], no_report: bool, png: bool) -> None:
     """Compare two runs (folders or export JSONs, ours or AIPerf's): Metric | A | B | Delta %."""
+    from ..io.atomic import check_not_input, output_lock, reading
+    from ..loadgen import compare as cmp
+    from ..metrics import RECORDS_NAME
+
+    inputs = [p for run in (run_a, run_b)
+              for p in (cmp.find_export(run), cmp.find_export(run).parent / RECORDS_NAME)]
+    outputs = _comparison_outputs(output_dir, chart, not no_report)
+    with reading(inputs), output_lock(output_dir):
+        check_not_input(outputs)
+        existing = [p for p in outputs if p.is_file()]
+        if existing and not force:
+            raise SpecError("force", f"is needed: {existing[0]} exists")
+        exports = [_run_export(run, no_report, goodput) for run in (run_a, run_b)]
+        _emit_comparison(exports[0], exports[1], labels, output_dir, chart,
+                         report=not no_report, png=png)
+
+
+def _run_export(run: Path, no_report: bool, goodput: tuple[str, ...]) -> dict:
+    """A run's export for compare: aggregates of older exports, goodput when asked."""
     from ..loadgen import compare as cmp
     from ..loadgen.goodput import goodput_from_records_file, parse_slos
     from ..metrics import RECORDS_NAME
 
     slos = parse_slos(goodput)
-    exports = []
-    for run in (run_a, run_b):
-        ex = cmp.load_export(run)
-        if not no_report and "timeline" not in ex:  # an older export: aggregate its records
-            from ..report.aggregate import aggregates_from_records_file
+    ex = cmp.load_export(run)
+    if not no_report and "timeline" not in ex:  # an older export: aggregate its records
+        from ..report.aggregate import aggregates_from_records_file
 
-            ex.update(aggregates_from_records_file(cmp.find_export(run).parent / RECORDS_NAME)
-                      or {})
-        if slos:
-            gp = goodput_from_records_file(cmp.find_export(run).parent / RECORDS_NAME, ex, slos)
-            if gp is None:
-                raise UserError(f"--goodput needs the per-request records.jsonl beside the "
-                                f"export of {run}")
-            ex.update(gp)
-        exports.append(ex)
-    _emit_comparison(exports[0], exports[1], labels, output_dir, chart,
-                     report=not no_report, png=png)
+        ex.update(aggregates_from_records_file(cmp.find_export(run).parent / RECORDS_NAME)
+                  or {})
+    if slos:
+        gp = goodput_from_records_file(cmp.find_export(run).parent / RECORDS_NAME, ex, slos)
+        if gp is None:
+            raise UserError(f"--goodput needs the per-request records.jsonl beside the "
+                            f"export of {run}")
+        ex.update(gp)
+    return ex

@@ -15,10 +15,14 @@ from ..spec.sim import Engine, Faults, Server, Simulator, VirtualRun
 @options(Server, Engine, SimCache, Geometry, Faults)
 def serve(**v: Any) -> None:
     """Serve an OpenAI-compatible VLM serving SIMULATOR (a performance model, not a language model)."""
+    from ..io.atomic import check_not_input
     from ..sim.run import serve_spec
 
-    serve_spec(Simulator(make(Server, v), make(Engine, v), make(SimCache, v), make(Geometry, v),
-                         make(Faults, v)))
+    spec = Simulator(make(Server, v), make(Engine, v), make(SimCache, v), make(Geometry, v),
+                     make(Faults, v))
+    if spec.server.ready_file is not None:  # not over the profile or model it reads
+        check_not_input([spec.server.ready_file], [spec.engine.profile, spec.geometry.model_path])
+    serve_spec(spec)
 
 
 @click.command()
@@ -28,12 +32,11 @@ def simulate(dataset: Path, **v: Any) -> None:
     """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
     from ..console import console_table
-    from ..sim.study import cache_line, simulate_dataset
+    from ..sim.study import cache_line
     from ..sim.virtual import sweep_table
 
     run = make(VirtualRun, v)
-    study = simulate_dataset(dataset, make(Engine, v), make(SimCache, v), make(SweepCache, v), run,
-                             make(Geometry, v))
+    study = _simulate(dataset, run, v)
     if run.quiet:
         return
     if study.sweep is not None:
@@ -42,3 +45,22 @@ def simulate(dataset: Path, **v: Any) -> None:
     elif study.export is not None and study.cache is not None:
         click.echo(console_table(study.export))
         click.echo(cache_line(study.cache))
+
+
+def _simulate(dataset: Path, run: VirtualRun, v: dict[str, Any]) -> Any:
+    """The study, its outputs checked first: none is an input, one writer per folder."""
+    import contextlib
+
+    from ..io.atomic import check_not_input, output_lock, reading
+    from ..io.manifest import manifest_path
+    from ..metrics import EXPORT_NAME, RECORDS_NAME
+    from ..sim.study import simulate_dataset
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(reading([dataset, manifest_path(dataset)]))
+        if run.output_dir is not None:
+            out = Path(run.output_dir)
+            stack.enter_context(output_lock(out))
+            check_not_input([out / EXPORT_NAME, out / RECORDS_NAME, out / "sweep.json"])
+        return simulate_dataset(dataset, make(Engine, v), make(SimCache, v), make(SweepCache, v),
+                                run, make(Geometry, v))

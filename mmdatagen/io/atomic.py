@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -96,19 +97,65 @@ def check_target(path: Path, force: bool, longest_suffix: str = "") -> None:
     check_name(path, longest_suffix)
 
 
-def check_not_input(outputs: Iterable[Path], inputs: Iterable[Path]) -> None:
-    """Refuse an output that is one of the run's input files (no ``--force`` overrides this)."""
-    ins = {}
+_INPUTS: dict[tuple[int, int], tuple[Path, str]] = {}  # (dev, inode) -> (path, real path)
+_READERS: dict[tuple[int, int], int] = {}  # how many open ``reading`` blocks declared each
+
+
+@contextlib.contextmanager
+def reading(inputs: Iterable[Path | str | None]) -> Iterator[None]:
+    """Declare the files and folders a run reads. Until the block ends, every write of this
+    module (:func:`atomic_open`, :func:`atomic_group`, :func:`staged_dir`) refuses to replace
+    one of them, or to swap in a folder that holds one: one line, exit 2, the input intact.
+    Blocks nest (a command declares what its library calls declare too)."""
+    added = []
     for p in inputs:
-        with contextlib.suppress(OSError):
+        if p is None:
+            continue
+        try:
             st = os.stat(p)
-            ins[(st.st_dev, st.st_ino)] = Path(p)
-    for out in outputs:
-        with contextlib.suppress(OSError):
-            st = os.stat(out)
-            if (st.st_dev, st.st_ino) in ins:
-                raise UserError(f"{out} is an input of this run ({ins[(st.st_dev, st.st_ino)]}); "
-                                "choose another output")
+        except (OSError, ValueError):
+            continue  # not there (yet): nothing to protect
+        key = (st.st_dev, st.st_ino)
+        _INPUTS.setdefault(key, (Path(p), os.path.realpath(p)))
+        _READERS[key] = _READERS.get(key, 0) + 1
+        added.append(key)
+    try:
+        yield
+    finally:
+        for key in added:
+            _READERS[key] -= 1
+            if not _READERS[key]:
+                del _READERS[key], _INPUTS[key]
+
+
+def check_not_input(outputs: Iterable[Path], inputs: Iterable[Path | str | None] = ()) -> None:
+    """THE "is this path an input of the run?" check (no ``--force`` overrides it): refuse an
+    output that is one of ``inputs`` or of the inputs declared by an enclosing :func:`reading`
+    (the same file under any name: the inode is compared), or an output folder (replaced whole)
+    that holds one. Commands call it on their outputs before any work; every write of this
+    module calls it again on its own target."""
+    with reading(inputs):
+        for out in outputs:
+            _refuse_input(Path(out))
+
+
+def _refuse_input(out: Path) -> None:
+    if not _INPUTS:
+        return
+    try:
+        st = os.stat(out)
+    except (OSError, ValueError):
+        return
+    hit = _INPUTS.get((st.st_dev, st.st_ino))
+    if hit is not None:
+        same = "" if os.path.realpath(out) == hit[1] else f" (the same file as {hit[0]})"
+        raise UserError(f"{out} is an input of this run{same}; choose another output")
+    if stat.S_ISDIR(st.st_mode):  # a folder output is replaced whole
+        inside = os.path.realpath(out).rstrip(os.sep) + os.sep
+        held = next((v for v in _INPUTS.values() if v[1].startswith(inside)), None)
+        if held is not None:
+            raise UserError(f"{out} holds {held[0]}, an input of this run; choose another "
+                            "output")
 
 
 def _mkstemp(path: Path) -> tuple[int, str]:
@@ -123,6 +170,7 @@ def _mkstemp(path: Path) -> tuple[int, str]:
 def atomic_open(path: Path, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file beside ``path``; rename it over ``path`` only on success."""
     path = Path(path)
+    _refuse_input(path)
     fd, tmp = _mkstemp(path)
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600; finished files get the usual mode
@@ -156,6 +204,7 @@ def atomic_group() -> Iterator[Callable[[Path], IO]]:
 
     def open_(path: Path) -> IO:
         path = Path(path)
+        _refuse_input(path)
         fd, tmp = _mkstemp(path)
         staged.append((tmp, path))
         os.fchmod(fd, _FILE_MODE)
@@ -182,6 +231,7 @@ def staged_dir(final: Path, force: bool) -> Iterator[Path]:
     """
     final = Path(final)
     check_path_text(final)
+    _refuse_input(final)
     if final.exists() and not final.is_dir():
         raise UserError(f"{final} exists and is not a folder")
     if final.exists() and not force and any(final.iterdir()):

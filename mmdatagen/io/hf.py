@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from ..errors import SpecError, UserError
+from .atomic import check_not_input
 from .manifest import manifest_path, read_manifest
 from .readers import iter_objects
 from .rows import session_object, turn_object
@@ -48,6 +49,7 @@ def check_targets(jsonl: Path, parquet: bool, force: bool) -> list[Path]:
     for path in paths:
         if path.exists() and not force:
             raise SpecError("force", f"is needed: {path} exists")
+    check_not_input(paths)  # a folder replaced whole must not hold what the run reads
     return paths
 
 

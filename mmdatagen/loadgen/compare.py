@@ -161,7 +161,10 @@ def chart(table: dict, path: Path) -> None:
     ax.set_ylabel(f"% of {lb}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from ..io.atomic import atomic_open
+
+    with atomic_open(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=120)
     plt.close(fig)
 
 

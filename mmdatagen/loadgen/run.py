@@ -176,13 +176,22 @@ def validate_config(cfg: BenchConfig) -> None:
                                            "its own)")
         if not cfg.metrics_url.startswith(("http://", "https://")):
             raise SpecError("metrics_url", "must start with http:// or https://")
-    from ..io.atomic import check_not_input
-    from ..metrics import EXPORT_NAME, RECORDS_NAME
-
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output-dir {out} exists and is not a folder")
-    check_not_input([out / EXPORT_NAME, out / RECORDS_NAME], [Path(cfg.input_file)])
+    from ..io.atomic import check_not_input
+
+    check_not_input(run_outputs(out), [Path(cfg.input_file)])
+
+
+def run_outputs(out: Path) -> list[Path]:
+    """Every path a run writes in its folder (its export, records, cache items, report and
+    plots): none may be an input of the run."""
+    from ..metrics import EXPORT_NAME, RECORDS_NAME
+    from ..report.html import PLOTS_DIR, REPORT_NAME
+
+    return [out / name for name in (EXPORT_NAME, RECORDS_NAME, CACHE_ITEMS_NAME, REPORT_NAME,
+                                     PLOTS_DIR)]
 
 
 class Progress:
@@ -579,10 +588,17 @@ def simulator_spec(cfg: BenchConfig):  # -> spec.sim.Simulator
 def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run one benchmark (starting the embedded simulator when ``cfg.url`` is None); a
     sharded worker runs its share (``loadgen/shard.py``)."""
+    from ..io.atomic import output_lock, reading
+
     validate_config(cfg)
     if cfg.num_shards > 1:
         cfg = shard_config(replace(cfg, shard_digest=settings_digest(cfg.public())),
                            Shard(cfg.shard_index, cfg.num_shards))
+    with reading([cfg.input_file]), output_lock(cfg.output_dir):  # one writer per folder
+        return _run_with_target(cfg)
+
+
+def _run_with_target(cfg: BenchConfig) -> BenchResult:
     if cfg.url:
         return _run_loop(_run_async(cfg, cfg.url))
     from ..sim.embedded import EmbeddedServer

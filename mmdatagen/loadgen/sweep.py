@@ -325,12 +325,35 @@ class SweepResult:
 
 def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
     """Run (or resume) every point and repeat; write sweep.json, sweep.csv (and the report)."""
+    from ..io.atomic import check_not_input, output_lock, reading
+
     _validate(cfg)
     out = Path(cfg.output_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create {out}: {exc.strerror}") from None
+    with reading([cfg.base.input_file]), output_lock(out):  # one sweep per folder
+        check_not_input(sweep_outputs(cfg))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create {out}: {exc.strerror}") from None
+        return _sweep(cfg, out, log)
+
+
+def sweep_outputs(cfg: SweepConfig) -> list[Path]:
+    """Every path a sweep writes: its summaries and report, each point's derived profile and
+    each run's files (none may be an input of the sweep)."""
+    from ..report.html import PLOTS_DIR, REPORT_NAME
+    from .run import run_outputs
+
+    out = Path(cfg.output_dir)
+    paths = [out / name for name in (SWEEP_JSON, SWEEP_CSV, REPORT_NAME, PLOTS_DIR)]
+    for params in cfg.expand():
+        paths.append(out / "profiles" / f"{point_name(params)}.yaml")
+        for r in range(1, cfg.repeats + 1):
+            paths.extend(run_outputs(out / point_name(params) / f"r{r}"))
+    return paths
+
+
+def _sweep(cfg: SweepConfig, out: Path, log: Log | None) -> SweepResult:
     runner = _Runner(cfg, out, log or _stderr_log(cfg.quiet))
     doc = sweep_document(cfg, [runner.point(params) for params in cfg.expand()])
     result = _write(cfg, out, doc, runner.representatives)
