@@ -1,0 +1,596 @@
+"""The order band of a cache prediction: the lowest and highest hits over every order in which
+the server may have seen the requests, given what the client timed.
+
+A client knows when it sent request ``i`` (``s_i``) and when the first byte of its response came
+back (``f_i``); the server looked ``i`` up at some moment in ``[s_i, f_i]``. Request ``i``
+certainly came before ``j`` when ``f_i < s_j``; otherwise their order is open. The consistent
+orders are the linear extensions of this interval order (exactly the orders realisable by one
+moment per request inside its window). The prediction's exact value replays send order, one of
+them. Where no two windows overlap (concurrency 1, or no overlaps) the order is known: the band
+is the exact value, width 0.
+
+Method for a single LRU whose entries are present from the lookup on (vLLM's processor cache,
+touch-first included; SGLang's set-keyed cache with its flush on an oversize entry): per-key
+reasoning on LRU's stack property. An entry ``x`` referenced by request ``u`` is still present
+when request ``v`` starts iff the distinct entries touched after ``x``'s last touch in ``u``
+(the rest of ``u``, every request between, and ``v``'s earlier items when a request's present
+items are not touched first) plus ``x`` fit the capacity (no oversize entry flushed it). For
+each possible consecutive pair ``u -> v`` of ``x``'s visits this is *yes* when even every request
+that may lie between fits, *no* when the requests that certainly lie between already do not,
+else *maybe*; the sums are exact distinct-size range sums (an offline merge-sort tree). Per key,
+the hits are ``sum`` over consecutive visits of the pair's outcome; its lowest and highest are
+searched over every order of the key's visits: exhaustively (all linear extensions) within a
+group of at most ``GROUP`` mutually entangled visits, with a sound bound (each visit's worst and
+best predecessor) in a larger group. Summing per-key extremes can only widen: ``low`` never
+exceeds, and ``high`` never falls below, any consistent order's hits. Where the windows leave
+no order open the outcomes are all *yes* or *no* and the band is the exact value.
+
+Other targets (FIFO, vLLM's encoder cache, Dynamo's two tiers, entries present only after
+encoding) have no such stack property: every consistent order is replayed through the target's
+cache model when there are at most ``EXHAUSTIVE`` of them; otherwise the band is the sound but
+coarse one (no hit is certain; a reference no other can precede is a certain miss).
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+GROUP = 7  # visits of one key searched exhaustively (7! orders at most)
+EXHAUSTIVE = 5040  # consistent orders replayed one by one for targets without a stack property
+YES, MAYBE, NO = 2, 1, 0
+
+
+@dataclass(frozen=True)
+class Band:
+    """Lowest and highest hits (one pair per weight vector) and how they were found."""
+
+    bounds: list[tuple[int, int]]
+    method: str
+    known_order: bool
+
+
+def known_order(s: np.ndarray, f: np.ndarray) -> bool:
+    """True when every pair of windows is ordered (``s`` ascending)."""
+    if s.size < 2:
+        return True
+    run_max = np.maximum.accumulate(f[:-1])
+    return bool(np.all(run_max < s[1:]))
+
+
+# -- distinct-size range sums ------------------------------------------------------------------
+class RangeSums:
+    """``sum(l, r)``: the total size of the distinct keys occurring in requests ``l..r``
+    (send positions), for many ranges at once. An occurrence counts when the previous one of
+    its key lies before ``l``; a merge-sort tree over the occurrences (sorted by position, each
+    level's blocks sorted by previous position) answers all ranges with numpy."""
+
+    def __init__(self, pos: np.ndarray, prev: np.ndarray, size: np.ndarray, n: int) -> None:
+        self.pos, self.n = pos, n
+        self.cum = np.concatenate([[0], np.cumsum(size, dtype=np.int64)])
+        self.levels: list[tuple[np.ndarray, np.ndarray]] = []
+        idx = np.arange(pos.size, dtype=np.int64)
+        k = 0
+        while (1 << k) <= max(1, pos.size):
+            comb = (idx >> k) * (n + 2) + (prev + 1)
+            order = np.argsort(comb, kind="stable")
+            self.levels.append((comb[order],
+                                np.concatenate([[0], np.cumsum(size[order], dtype=np.int64)])))
+            k += 1
+
+    def __call__(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        empty = lo > hi
+        lo_c = np.where(empty, 0, lo)
+        cnt_r = np.searchsorted(self.pos, np.where(empty, -1, hi), side="right")
+        cnt_l = np.searchsorted(self.pos, lo_c - 1, side="right")
+        out = -self.cum[cnt_l]  # occurrences before l all have prev < l
+        for k, (comb, cum) in enumerate(self.levels):
+            has = (cnt_r >> k) & 1 == 1
+            if not has.any():
+                continue
+            block = (cnt_r[has] >> (k + 1)) << 1
+            base = block * (self.n + 2)
+            a = np.searchsorted(comb, base, side="left")
+            b = np.searchsorted(comb, base + lo_c[has], side="right")
+            out[has] += cum[b] - cum[a]
+        return np.where(empty, 0, out)
+
+
+# -- the requests as the stack method sees them -------------------------------------------------
+@dataclass
+class _Seq:
+    """Counted requests in send order: items as key ids, windows, overlaps."""
+
+    items: list[list[tuple[int, int]]]  # (key id, size) per request, in item order
+    unit: list[int]  # hits one item hit stands for (a set-keyed entry: the request's images)
+    s: np.ndarray
+    f: np.ndarray
+    capacity: int
+    touch_first: bool
+    flush: bool
+
+    def __post_init__(self) -> None:
+        n = len(self.items)
+        self.n = n
+        self.first_after = np.searchsorted(self.s, self.f, side="right")  # I: first s_k > f_u
+        self.last_before = self.first_after - 1  # J: last s_k <= f_v
+        self.ov_before = _open_before(self.s, self.f)
+        self.flush_req = np.array([self.flush and any(sz > self.capacity for _, sz in it)
+                                   for it in self.items], dtype=np.int64)
+        self.flush_cum = np.concatenate([[0], np.cumsum(self.flush_req)])
+        self.visits: dict[int, list[int]] = {}
+        for p, it in enumerate(self.items):
+            for kid in dict.fromkeys(k for k, _ in it):
+                self.visits.setdefault(kid, []).append(p)
+        self.size_of = {k: sz for it in self.items for k, sz in it}
+
+    def fits(self, size: int) -> bool:
+        """Whether an entry of ``size`` is ever kept (an oversize one is bypassed or flushes)."""
+        return 0 < self.capacity and size <= self.capacity
+
+    def occurs(self, kid: int, lo: int, hi: int) -> int:
+        """How many requests in ``lo..hi`` hold ``kid``."""
+        if lo > hi:
+            return 0
+        vis = self.visits[kid]
+        return bisect.bisect_right(vis, hi) - bisect.bisect_left(vis, lo)
+
+    def flushes(self, lo: int, hi: int) -> int:
+        return 0 if lo > hi else int(self.flush_cum[hi + 1] - self.flush_cum[lo])
+
+
+def _open_before(s: np.ndarray, f: np.ndarray) -> list[list[int]]:
+    """Per request ``v``: the earlier-sent requests whose window is still open at ``s_v``."""
+    heap: list[tuple[int, int]] = []
+    out: list[list[int]] = []
+    for p in range(s.size):
+        while heap and heap[0][0] < s[p]:
+            heapq.heappop(heap)
+        out.append(sorted(k for _, k in heap))
+        heapq.heappush(heap, (int(f[p]), p))
+    return out
+
+
+def _range_sums(seq: _Seq) -> RangeSums:
+    pos, prev, size = [], [], []
+    last: dict[int, int] = {}
+    for p, it in enumerate(seq.items):
+        for kid, sz in _distinct(it).items():
+            if seq.fits(sz):
+                pos.append(p)
+                prev.append(last.get(kid, -1))
+                size.append(sz)
+                last[kid] = p
+    return RangeSums(np.array(pos, np.int64), np.array(prev, np.int64),
+                     np.array(size, np.int64), seq.n)
+
+
+def _distinct(items: Sequence[tuple[int, int]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for kid, sz in items:
+        out.setdefault(kid, sz)
+    return out
+
+
+# -- one key's visits: who may precede whom ------------------------------------------------------
+@dataclass
+class _Key:
+    kid: int
+    size: int
+    vis: list[int]  # send positions of the requests holding the key
+    preds: list[list[int]]  # per visit: the visits that may come right before it (indexes)
+    certain_pred: list[bool]  # per visit: some visit certainly comes before it
+    groups: list[tuple[int, int]]  # [start, end) of visits entangled with each other
+    gap: dict[tuple[int, int], int]  # (pred, visit) -> YES/MAYBE/NO: present at the visit
+    s: list[int]  # the visits' windows
+    f: list[int]
+
+
+def _key(seq: _Seq, kid: int) -> _Key:
+    """Possible immediate predecessors among the key's visits: ``u`` may come right before
+    ``v`` iff ``u`` may come before ``v`` and no visit certainly lies between them, i.e.
+    ``s_u <= f_v`` and ``f_u >= t_v``, ``t_v`` the latest send among the visits certainly
+    before ``v``."""
+    vis = seq.visits[kid]
+    s, f = seq.s, seq.f
+    preds: list[list[int]] = []
+    certain: list[bool] = []
+    heap: list[tuple[int, int]] = []
+    alive: list[int] = []
+    t = None
+    for j, p in enumerate(vis):
+        while heap and heap[0][0] < s[p]:
+            w = heapq.heappop(heap)[1]
+            t = s[vis[w]] if t is None else max(t, s[vis[w]])
+        if t is not None:
+            alive = [u for u in alive if f[vis[u]] >= t]
+        close = f[p]
+        later = []
+        for u in range(j + 1, len(vis)):
+            if s[vis[u]] > close:
+                break
+            later.append(u)
+        preds.append(alive + later)
+        certain.append(t is not None)
+        alive.append(j)
+        heapq.heappush(heap, (int(f[p]), j))
+    groups, start, reach = [], 0, None
+    for j, p in enumerate(vis):
+        if reach is not None and reach < s[p]:
+            groups.append((start, j))
+            start = j
+        reach = f[p] if reach is None else max(reach, f[p])
+    groups.append((start, len(vis)))
+    return _Key(kid, seq.size_of[kid], vis, preds, certain, groups, {},
+                [int(s[p]) for p in vis], [int(f[p]) for p in vis])
+
+
+# -- whether x is still present when v starts, given u came right before -------------------------
+def _touched(seq: _Seq, p: int, kid: int, after: bool) -> tuple[dict[int, int], bool]:
+    """The keys request ``p`` touches after ``kid``'s last item (``after``) or before its
+    first, with their sizes (kept entries only), and whether one of them flushes."""
+    it = seq.items[p]
+    idx = [i for i, (k, _) in enumerate(it) if k == kid]
+    part = it[idx[-1] + 1:] if after else it[:idx[0]]
+    keys = {k: sz for k, sz in part if k != kid and seq.fits(sz)}
+    return keys, seq.flush and any(sz > seq.capacity for _, sz in part)
+
+
+def _gap_ranges(seq: _Seq, us: np.ndarray, vs: np.ndarray) -> dict[str, np.ndarray]:
+    """Per pair (u, v): the ranges the fast and the exact tests sum over."""
+    first_open = np.array([min([p, *seq.ov_before[p]]) for p in range(seq.n)], np.int64)
+    lo_c = seq.first_after[us]
+    stop = np.array([next((k for k in seq.ov_before[v] if k >= lo), v)
+                     for v, lo in zip(vs.tolist(), lo_c.tolist())], np.int64)
+    return {"s_lo": np.minimum(first_open[us], us), "s_hi": np.maximum(vs, seq.last_before[vs]),
+            "c_lo": lo_c, "c_hi": stop - 1, "core_lo": us + 1, "core_hi": vs - 1,
+            "cert_hi": vs - 1}
+
+
+def _gap_outcomes(seq: _Seq, keys: list[_Key]) -> None:
+    """Fill every key's ``gap``: a fast decision from two ranges (a superset of the requests
+    that may lie between, a subset of those that certainly do), the exact sets otherwise."""
+    pairs = [(k, ju, jv) for k in keys for jv in range(len(k.vis)) for ju in k.preds[jv]]
+    if not pairs:
+        return
+    us = np.array([k.vis[ju] for k, ju, _ in pairs], np.int64)
+    vs = np.array([k.vis[jv] for k, _, jv in pairs], np.int64)
+    r = _gap_ranges(seq, us, vs)
+    sums = _range_sums(seq)
+    d_sup, d_sub = sums(r["s_lo"], r["s_hi"]), sums(r["c_lo"], r["c_hi"])
+    d_core, d_cert = sums(r["core_lo"], r["core_hi"]), sums(r["c_lo"], r["cert_hi"])
+    for n, (k, ju, jv) in enumerate(pairs):
+        room = seq.capacity - k.size
+        u, v = int(us[n]), int(vs[n])
+        if d_sup[n] - k.size <= room and not seq.flushes(int(r["s_lo"][n]), int(r["s_hi"][n])):
+            out = YES
+        elif d_sub[n] > room or seq.flushes(int(r["c_lo"][n]), int(r["c_hi"][n])):
+            out = NO
+        else:
+            out = _exact_gap(seq, k, u, v, int(d_core[n]), int(d_cert[n]))
+        k.gap[(ju, jv)] = out
+
+
+def _ends(seq: _Seq, x: int, u: int, v: int) -> tuple[dict[int, int], bool]:
+    """What the pair's own requests touch between the two items: the rest of ``u``, and
+    ``v``'s earlier items unless a request's present items are touched first."""
+    ends: dict[int, int] = {}
+    flush = False
+    for p, after in ((u, True), (v, False)):
+        if after or not seq.touch_first:
+            keys, fl = _touched(seq, p, x, after)
+            ends.update(keys)
+            flush |= fl
+    return ends, flush
+
+
+def _may_between(seq: _Seq, x: int, u: int, v: int, d_core: int, ends: dict[int, int]
+                 ) -> tuple[int, bool]:
+    """Size of the distinct entries that may be touched between, and whether a flush may
+    happen: the core ``(u, v)`` plus the requests around it whose windows are open (sent after
+    ``u``'s window opened and before ``v``'s closed; none holding ``x``: it would lie between)."""
+    core_lo, core_hi = u + 1, v - 1
+    extra = set(seq.ov_before[u]) | set(range(v + 1, int(seq.last_before[v]) + 1))
+    extra = {q for q in extra if q not in (u, v) and not core_lo <= q <= core_hi
+             and seq.f[q] >= seq.s[u] and seq.s[q] <= seq.f[v]
+             and all(kk != x for kk, _ in seq.items[q])}
+    more = dict(ends)
+    for q in extra:
+        more.update((kk, sz) for kk, sz in seq.items[q] if kk != x and seq.fits(sz))
+    total = d_core - (seq.size_of[x] if seq.occurs(x, core_lo, core_hi) else 0)
+    total += sum(sz for kk, sz in more.items() if not seq.occurs(kk, core_lo, core_hi))
+    flush = seq.flushes(core_lo, core_hi) > 0 or any(seq.flush_req[q] for q in extra)
+    return total, flush
+
+
+def _certainly_between(seq: _Seq, u: int, v: int, d_cert: int, ends: dict[int, int]
+                       ) -> tuple[int, bool]:
+    """Size of the distinct entries certainly touched between (the requests whose window
+    opened after ``u``'s closed and closed before ``v``'s opened), and whether one flushes."""
+    lo, hi = int(seq.first_after[u]), v - 1
+    removed = [q for q in seq.ov_before[v] if lo <= q <= hi]
+    held: dict[int, int] = {}
+    for q in removed:
+        for kk in _distinct(seq.items[q]):
+            held[kk] = held.get(kk, 0) + 1
+    total = d_cert - sum(seq.size_of[kk] for kk, c in held.items()
+                         if seq.fits(seq.size_of[kk]) and seq.occurs(kk, lo, hi) == c)
+    total += sum(sz for kk, sz in ends.items() if seq.occurs(kk, lo, hi) <= held.get(kk, 0))
+    flush = seq.flushes(lo, hi) - sum(int(seq.flush_req[q]) for q in removed) > 0
+    return total, flush
+
+
+def _exact_gap(seq: _Seq, k: _Key, u: int, v: int, d_core: int, d_cert: int) -> int:
+    """The pair's outcome from the exact sets of requests that may, and that certainly, lie
+    between."""
+    room = seq.capacity - k.size
+    ends, flush_ends = _ends(seq, k.kid, u, v)
+    may, may_flush = _may_between(seq, k.kid, u, v, d_core, ends)
+    if not (flush_ends or may_flush) and may <= room:
+        return YES
+    certain, cert_flush = _certainly_between(seq, u, v, d_cert, ends)
+    return NO if flush_ends or cert_flush or certain > room else MAYBE
+
+
+# -- inside the visiting request ------------------------------------------------------------------
+def _repeat_hits(seq: _Seq, p: int, kid: int) -> int:
+    """Hits of the key's second and later items in request ``p`` (fixed by the request alone:
+    a repeat hits unless the items between evicted or flushed it)."""
+    it = seq.items[p]
+    idx = [i for i, (k, _) in enumerate(it) if k == kid]
+    size = seq.size_of[kid]
+    if not seq.fits(size):
+        return 0
+    hits = 0
+    for a, b in itertools.pairwise(idx):
+        part = it[a + 1:b]
+        between = sum({k: sz for k, sz in part if k != kid and seq.fits(sz)}.values())
+        flushed = seq.flush and any(sz > seq.capacity for _, sz in part)
+        hits += int(not flushed and between + size <= seq.capacity)
+    return hits
+
+
+def _within(seq: _Seq, p: int, kid: int, present: Callable[[int, int], tuple[bool, bool]]
+            ) -> int:
+    """With touch-first: the key, present when request ``p`` starts, still present at its
+    first item (only a request whose own entries exceed the capacity can evict it: the keys
+    touched after it are the earlier items and the present keys whose last item is later).
+    ``present(kid, p)``: (possibly, certainly) present at the start."""
+    if not seq.touch_first:
+        return YES
+    distinct = _distinct(seq.items[p])
+    if sum(sz for sz in distinct.values() if seq.fits(sz)) <= seq.capacity:
+        return YES
+    before, _ = _touched(seq, p, kid, after=False)
+    after, _ = _touched(seq, p, kid, after=True)
+    later = {k: sz for k, sz in after.items() if k not in before}
+    room = seq.capacity - seq.size_of[kid]
+    upper = sum(before.values()) + sum(sz for k, sz in later.items() if present(k, p)[0])
+    lower = sum(before.values()) + sum(sz for k, sz in later.items() if present(k, p)[1])
+    return YES if upper <= room else NO if lower > room else MAYBE
+
+
+# -- a key's lowest and highest hits over the orders of its visits --------------------------------
+Bounds = dict[int, tuple[float, float]]  # last visit -> (lowest, highest) so far
+
+
+def _enter(prev: Bounds | None, entry: int, val: Callable[[int, int], tuple[float, float]]
+           ) -> tuple[float, float]:
+    if prev is None:
+        return 0.0, 0.0
+    cands = [(lo + val(u, entry)[0], hi + val(u, entry)[1]) for u, (lo, hi) in prev.items()]
+    return min(c[0] for c in cands), max(c[1] for c in cands)
+
+
+def _group_exhaustive(key: _Key, a: int, b: int, prev: Bounds | None,
+                      val: Callable[[int, int], tuple[float, float]]) -> Bounds:
+    """Every order of the visits ``a..b-1`` (a linear extension: a visit comes after the
+    visits certainly before it), from each possible entry."""
+    members = list(range(a, b))
+    must = {v: frozenset(u for u in members if key.f[u] < key.s[v]) for v in members}
+    out: Bounds = {}
+    layer: dict[tuple[frozenset, int], tuple[float, float]] = {}
+    for e in members:
+        if not must[e]:
+            layer[(frozenset([e]), e)] = _enter(prev, e, val)
+    for _ in range(len(members) - 1):
+        nxt: dict[tuple[frozenset, int], tuple[float, float]] = {}
+        for (done, last), (lo, hi) in layer.items():
+            for v in members:
+                if v in done or not must[v] <= done or last not in key.preds[v]:
+                    continue
+                vlo, vhi = val(last, v)
+                cur = nxt.get((done | {v}, v))
+                cand = (lo + vlo, hi + vhi)
+                nxt[(done | {v}, v)] = cand if cur is None else (min(cur[0], cand[0]),
+                                                                 max(cur[1], cand[1]))
+        layer = nxt
+    for (_, last), (lo, hi) in layer.items():
+        cur = out.get(last)
+        out[last] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+    return out
+
+
+def _group_bound(key: _Key, a: int, b: int, prev: Bounds | None,
+                 val: Callable[[int, int], tuple[float, float]]) -> Bounds:
+    """A group too large to search: every visit but the entry gets its worst (best)
+    predecessor in the group; the entry and the exit are any that may be first and last."""
+    members = range(a, b)
+    first_close = min(key.f[a:b])
+    last_open = max(key.s[a:b])
+    entries = [v for v in members if key.s[v] <= first_close]
+    exits = [v for v in members if key.f[v] >= last_open]
+    worst = {v: min((val(u, v)[0] for u in key.preds[v] if a <= u < b), default=0.0)
+             for v in members}
+    best = {v: max((val(u, v)[1] for u in key.preds[v] if a <= u < b), default=0.0)
+            for v in members}
+    starts = [_enter(prev, e, val) for e in entries]
+    lo = min(st[0] for st in starts) + sum(worst.values()) - max(worst[e] for e in entries)
+    hi = max(st[1] for st in starts) + sum(best.values()) - min(best[e] for e in entries)
+    return {x: (lo, hi) for x in exits}
+
+
+def _key_bounds(key: _Key, val: Callable[[int, int], tuple[float, float]]) -> tuple[float, float]:
+    """The key's lowest and highest first-item hits over the orders of its visits."""
+    prev: Bounds | None = None
+    for a, b in key.groups:
+        search = _group_exhaustive if b - a <= GROUP else _group_bound
+        prev = search(key, a, b, prev, val)
+    assert prev
+    return min(lo for lo, _ in prev.values()), max(hi for _, hi in prev.values())
+
+
+# -- the stack method ---------------------------------------------------------------------------
+def _presence(keys: dict[int, _Key]) -> Callable[[int, int], tuple[bool, bool]]:
+    """(possibly, certainly) present when request ``p`` starts, for a key it holds."""
+    memo: dict[tuple[int, int], tuple[bool, bool]] = {}
+
+    def present(kid: int, p: int) -> tuple[bool, bool]:
+        if (kid, p) not in memo:
+            k = keys.get(kid)
+            if k is None:  # never kept
+                memo[(kid, p)] = (False, False)
+            else:
+                j = bisect.bisect_left(k.vis, p)
+                outs = [k.gap[(u, j)] for u in k.preds[j]]
+                memo[(kid, p)] = (any(o != NO for o in outs),
+                                  k.certain_pred[j] and all(o == YES for o in outs))
+        return memo[(kid, p)]
+    return present
+
+
+def _values(k: _Key, within: dict[tuple[int, int], int], unit: np.ndarray
+            ) -> Callable[[int, int], tuple[float, float]]:
+    """A pair's (lowest, highest) hits: the visit's weight when the key is present at its
+    first item (certainly / possibly), else 0."""
+    def val(u: int, v: int) -> tuple[float, float]:
+        o = min(k.gap[(u, v)], within[(k.kid, v)])
+        wv = float(unit[k.vis[v]])
+        return (wv if o == YES else 0.0), (wv if o != NO else 0.0)
+    return val
+
+
+def stack_band(seq: _Seq, weights: Sequence[np.ndarray]) -> list[tuple[int, int]]:
+    """Lowest and highest hits per weight vector (a weight per send position) by the stack
+    method (module docstring)."""
+    keys = {kid: _key(seq, kid) for kid in seq.visits if seq.fits(seq.size_of[kid])}
+    _gap_outcomes(seq, list(keys.values()))
+    present = _presence(keys)
+    within = {(kid, j): _within(seq, p, kid, present)
+              for kid, k in keys.items() for j, p in enumerate(k.vis) if k.preds[j]}
+    repeats = {(kid, p): _repeat_hits(seq, p, kid) for kid, k in keys.items() for p in k.vis}
+    out = []
+    for w in weights:
+        unit = np.asarray(seq.unit, np.float64) * np.asarray(w, np.float64)
+        lo_total = hi_total = 0.0
+        for kid, k in keys.items():
+            lo, hi = _key_bounds(k, _values(k, within, unit))
+            rep = sum(repeats[(kid, p)] * float(unit[p]) for p in k.vis)
+            lo_total += lo + rep
+            hi_total += hi + rep
+        out.append((round(lo_total), round(hi_total)))
+    return out
+
+
+# -- other targets: every consistent order, or the coarse bound ------------------------------------
+Replay = Callable[[list[tuple[int, int, int]]], np.ndarray]  # events -> hits per send position
+
+
+def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None
+            ) -> list[tuple[int, int, int, int]]:
+    """(window low, window high, kind, position): lookups, and the later moments after them."""
+    ev = [(int(s[p]), int(f[p]), 0, p) for p in range(s.size)]
+    if fin is not None:
+        ev += [(int(s[p]), int(max(fin[p], f[p])), 1, p) for p in range(s.size)]
+    return ev
+
+
+def linear_extensions(ev: Sequence[tuple[int, int, int, int]], limit: int
+                      ) -> list[list[int]] | None:
+    """Every order of ``ev`` in which an event certainly earlier (its window closed before the
+    other's opened) comes first and a request's later moment follows its lookup; None when
+    there are more than ``limit``."""
+    n = len(ev)
+    before = [[i for i in range(n) if ev[i][1] < ev[j][0]
+               or (ev[i][3] == ev[j][3] and ev[i][2] < ev[j][2])] for j in range(n)]
+    out: list[list[int]] = []
+    stack: list[tuple[list[int], frozenset[int]]] = [([], frozenset())]
+    while stack:
+        path, done = stack.pop()
+        if len(path) == n:
+            out.append(path)
+            if len(out) > limit:
+                return None
+            continue
+        for j in range(n):
+            if j not in done and all(i in done for i in before[j]):
+                stack.append((path + [j], done | {j}))
+    return out
+
+
+def _exhaustive(ev: list[tuple[int, int, int, int]], orders: list[list[int]], replay: Replay,
+                weights: Sequence[np.ndarray]) -> list[tuple[int, int]]:
+    lows = [np.inf] * len(weights)
+    highs = [-np.inf] * len(weights)
+    for order in orders:
+        hits = replay([(t, ev[j][2], ev[j][3]) for t, j in enumerate(order)])
+        for n, w in enumerate(weights):
+            h = float(np.dot(hits, w))
+            lows[n], highs[n] = min(lows[n], h), max(highs[n], h)
+    return [(round(lo), round(hi)) for lo, hi in zip(lows, highs)]
+
+
+def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[int],
+                s: np.ndarray, f: np.ndarray, weights: Sequence[np.ndarray]
+                ) -> list[tuple[int, int]]:
+    """Sound for any cache: no hit is certain, and an item whose key no other request may
+    have brought earlier (nor an earlier item of its own request) is a certain miss."""
+    holders: dict[Hashable, list[int]] = {}
+    for p, it in enumerate(items):
+        for key in dict.fromkeys(k for k, _ in it):
+            holders.setdefault(key, []).append(p)
+    out = []
+    for w in weights:
+        high = 0.0
+        for p, it in enumerate(items):
+            seen: set[Hashable] = set()
+            for key, _ in it:
+                cold = key not in seen and all(s[q] > f[p] for q in holders[key] if q != p)
+                high += 0.0 if cold else float(w[p]) * unit[p]
+                seen.add(key)
+        out.append((0, round(high)))
+    return out
+
+
+# -- entry point --------------------------------------------------------------------------------
+def stack_target(target: Any) -> bool:
+    """A single LRU whose entries are present from the lookup on: the stack method applies."""
+    return target.front is None and target.eviction == "lru" and target.insert_on_lookup
+
+
+def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: list[int],
+               capacity: int, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
+               weights: Sequence[np.ndarray], replay: Replay) -> Band:
+    """The band over every arrival order consistent with the windows ``[s, f]`` (send
+    positions; ``s`` ascending), one (low, high) per weight vector. ``replay`` runs events
+    ``(order, kind, position)`` through the target's cache (for targets without the stack
+    property; ``fin``: their later moments' latest times)."""
+    set_entry = target.entry == "embedding-set"
+    unit = [max(1, n) if set_entry else 1 for n in images]
+    if stack_target(target):
+        ids: dict[Hashable, int] = {}
+        seq = _Seq([[(ids.setdefault(k, len(ids)), int(sz)) for k, sz in it] for it in items],
+                   unit, s, f, int(capacity), target.touch_request_first,
+                   target.oversize == "flush")
+        return Band(stack_band(seq, weights), "stack", known_order(s, f))
+    ev = _events(s, f, fin)
+    orders = linear_extensions(ev, max(1, min(EXHAUSTIVE, 2_000_000 // max(1, len(ev)))))
+    if orders is not None:
+        return Band(_exhaustive(ev, orders, replay, weights), "exhaustive", len(orders) == 1)
+    return Band(coarse_band(items, unit, s, f, weights), "coarse", False)
