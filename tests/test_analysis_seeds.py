@@ -1,4 +1,9 @@
-"""The seed arithmetic of vision-caches.md as fixed tests, from plans (no pixels)."""
+"""The seed arithmetic of vision-caches.md as fixed tests, from plans (no pixels).
+
+The arithmetic is a byte LRU filled at lookup: Dynamo's embedding cache with nothing in front
+of it (``PLAIN``: dynamo-encode registering at schedule; insert-at-completion cases use
+dynamo-encode as it is). Dynamo's aggregated deployment puts vLLM's encoder cache in front:
+``test_analysis_tiers``."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,7 +20,11 @@ QWEN3 = get_model("qwen3-vl-30b-a3b")
 ENTRY = 10_444_800  # 2,550 tokens x 4,096 B for a 2400x1080 image
 
 
+PLAIN = {"target": "dynamo-encode", "insert": "schedule"}
+
+
 def _run(plan, caps_images=(), caps_gb=(), **sem):
+    sem = {**PLAIN, **sem} if "insert" not in sem else {"target": "dynamo-encode", **sem}
     return analyze(trace_from_plan(plan), QWEN3, Semantics(**sem),
                    [int(g * GIB) for g in caps_gb], list(caps_images)).summary
 

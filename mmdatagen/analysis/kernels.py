@@ -348,3 +348,64 @@ def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nx
                 prev[y] = -1
                 used -= sizes[y]
     return hits
+
+
+def front_kernel(ev, row_start, ids, tok, budget, served, held, users, owner, present, prv, nxt,
+                 out):
+    """vLLM's encoder cache (``caches.model.FreeableCache``) over dispatch/completion events:
+    ``served[i]`` = 1 where reference i is held there (see ``tiers.front_flags``). ``prv`` and
+    ``nxt``: the freeable list, circular and doubly linked (sentinel M), oldest first.
+    ``out`` = [hits, evictions, inserts, tokens used, freeable tokens]."""
+    s_, used, freeable = len(tok), out[3], out[4]
+    for e in ev:
+        r = e if e >= 0 else ~e
+        a = row_start[r]
+        b = row_start[r + 1]
+        if e < 0:
+            for i in range(b - 1, a - 1, -1):  # mark each item's last held occurrence (2)
+                if held[i] == 1 and owner[ids[i]] != ~r:
+                    owner[ids[i]] = ~r
+                    held[i] = 2
+            for i in range(a, b):
+                x = ids[i]
+                if held[i] == 2:
+                    users[x] -= 1
+                    if users[x] == 0:  # to the freeable list's newest end
+                        p = prv[s_]
+                        nxt[p] = x
+                        prv[x] = p
+                        nxt[x] = s_
+                        prv[s_] = x
+                        freeable += tok[x]
+            continue
+        for i in range(a, b):
+            x = ids[i]
+            t = tok[x]
+            if present[x] == 0:
+                if t > budget - used + freeable:
+                    continue  # no room even after evicting every freeable item: not kept
+                while t > budget - used:  # evict the oldest freeable item
+                    y = nxt[s_]
+                    nxt[s_] = nxt[y]
+                    prv[nxt[y]] = s_
+                    present[y] = 0
+                    used -= tok[y]
+                    freeable -= tok[y]
+                    out[1] += 1
+                present[x] = 1
+                used += t
+                out[2] += 1
+            else:
+                served[i] = 1
+                out[0] += 1
+                if users[x] == 0:  # freeable: pinned again, off the list
+                    nxt[prv[x]] = nxt[x]
+                    prv[nxt[x]] = prv[x]
+                    freeable -= t
+            if owner[x] != r:
+                owner[x] = r
+                users[x] += 1
+            held[i] = 1
+    out[3] = used
+    out[4] = freeable
+    return out

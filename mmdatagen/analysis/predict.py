@@ -11,7 +11,7 @@ from ..caches import DEFAULT_TARGET, CacheTarget, get_target
 from ..caches.targets import UNIT_SCALE
 from ..errors import UserError
 from ..vlm import VisionModel
-from . import concurrency
+from . import concurrency, tiers
 from . import targets as T
 from .lru import OVERSIZE, Curve, lru_curve, required_capacity
 from .media import COUNTS, MODALITIES, modal_counts, modal_key, modal_rows, modal_totals
@@ -33,7 +33,9 @@ SPREAD_ORDERS = 8  # completion orders (FIFO + seeded random) behind an a priori
 @dataclass(frozen=True)
 class Semantics:
     """How the cache behaves: its target (``mmdatagen.caches``) and the a priori concurrency
-    model; ``oversize`` / ``insert`` override the target's own rules when given."""
+    model; ``oversize`` / ``insert`` override the target's own rules when given;
+    ``encoder_budget``: a two-tier target's front (vLLM's encoder cache) in tokens, None for
+    vLLM's rule (``io.imageref.front_budget``)."""
 
     oversize: str | None = None
     insert: str | None = None
@@ -42,6 +44,7 @@ class Semantics:
     real_width: bool = False
     target: str = DEFAULT_TARGET
     orders: int = SPREAD_ORDERS
+    encoder_budget: int | None = None
 
     def check(self) -> None:
         if self.oversize is not None and self.oversize not in OVERSIZE:
@@ -52,7 +55,16 @@ class Semantics:
             raise UserError(f"unknown dispatch order {self.dispatch!r}")
         if self.in_flight < 1:
             raise UserError(f"--in-flight must be at least 1, got {self.in_flight}")
-        self.cache()
+        t = self.cache()
+        if t.front is None and self.encoder_budget is not None:
+            raise UserError(f"an encoder budget sizes the front tier of a two-tier cache "
+                            f"(dynamo-embedding, dynamo-connector); cache {t.name} has none")
+        if t.front is not None and (t.oversize != "bypass" or not t.insert_on_lookup):
+            raise UserError(f"cache {t.name} saves at lookup and skips oversize entries behind "
+                            "vLLM's encoder cache: its insert and oversize rules are fixed")
+        if self.encoder_budget is not None and self.encoder_budget < 1:
+            raise UserError(f"the encoder budget must be at least 1 token, got "
+                            f"{self.encoder_budget}")
 
     def cache(self) -> CacheTarget:
         """The target with this analysis' overrides applied."""
@@ -81,7 +93,8 @@ class Analysis:
 
     def curve_rows(self) -> dict[str, np.ndarray]:
         """The curve as columns with rates (every capacity where a count changes), and per
-        modality its hits, hit rate, bytes hit and tokens saved on mixed datasets."""
+        modality its hits, hit rate, bytes hit and tokens saved on mixed datasets. A two-tier
+        target's rates are of its connector's lookups; its misses and the front's hits beside."""
         t = self.totals
         c = self.curve
         rows = {"capacity_bytes": c.capacity, "capacity_gib": c.capacity / GIB, "hits": c.hits,
@@ -89,6 +102,10 @@ class Analysis:
                 "byte_hit_rate": c.hit_bytes / max(t["bytes"], 1),
                 "full_request_rate": c.full_requests / max(t["requests_with_images"], 1),
                 "tokens_saved": c.hit_tokens}
+        front = self.summary.get("front")
+        if front:  # a two-tier target: the connector's lookups and what the front served
+            rows["misses"] = t["references"] - c.hits
+            rows["encoder_hits"] = np.full(c.hits.size, front["hits"], np.int64)
         modal = self.summary.get("modalities", {})
         cols = c.columns()
         for m in modal if c.modal is not None else ():
@@ -220,6 +237,10 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
     if t.entry == "embedding-set":
         return _stack_eval(T.set_curve(trace, sizes, tokens), None,
                            "one-pass stack curve over image sets (exact)")
+    if t.front is not None:  # ``trace``: the connector's lookups (``tiers.connector_trace``)
+        return _stack_eval(stack(sizes, "bypass"), stack(ones, "flush", sizes),
+                           "vLLM's encoder cache replayed once; a one-pass stack curve of "
+                           "Dynamo's connector over its misses (exact)")
     if t.eviction == "fifo":
         pts = _replay_points(t, trace, sizes, tokens, fifo=True)
         caps = lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize).capacity
@@ -279,7 +300,18 @@ def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
                  f"{how} (exact from {span:,} up; exact replays of the cache model below)")
 
 
+def _depends(sem: Semantics, t: CacheTarget) -> bool:
+    """Whether hits depend on more than the dispatch order: completion order matters (insert
+    at completion, or the front tier releasing items as requests complete), or sessions
+    set the dispatch order itself."""
+    return (sem.dispatch == "sessions" or sem.insert_mode == "completion"
+            or (t.front is not None and sem.in_flight > 1))
+
+
 def _concurrency_model(sem: Semantics, t: CacheTarget, depends: bool) -> str:
+    if t.front is not None and sem.in_flight == 1:
+        return ("one request in flight: vLLM's encoder cache releases each request's items "
+                "before the next is scheduled (one order)")
     if depends and sem.in_flight == 1:
         return "one request in flight: each completes before the next starts (one order)"
     if not depends:
@@ -299,13 +331,15 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
     t = sem.cache()
     sizes, tokens = trace.costs(model, sem.real_width, unknown_size, target=t)
     base = trace
-    depends = sem.dispatch == "sessions" or sem.insert_mode == "completion"
-    ev = None
-    if depends:
-        trace, ev = _dispatched(trace, sem, None)
+    depends = _depends(sem, t)
+    front = _front(t, model, sem)
+    trace, ev, front_row = _lookups(trace, sizes, tokens, sem, depends, front)
     used = np.flatnonzero(np.bincount(trace.ids, minlength=sizes.size))
     totals = _totals(trace, sizes, tokens)
     ev_ = _evaluate(t, trace, sizes, tokens, ev, sem, want_curve)
+    if front_row:
+        ev_ = _whole_requests(ev_, front_row["requests_served"])
+        totals["requests_with_images"] += front_row["requests_served"]
     best = ev_.at_size(int(sizes[used].sum()) * 2 + 1)
     modal = None if trace.modality is None else modal_totals(trace.ids, trace.modality, sizes,
                                                              tokens)
@@ -313,8 +347,10 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
             for c in cache_bytes]
     caps += [_capacity_row(t, None, int(c), ev_.at_images(int(c)), totals, modal)
              for c in cache_images]
+    for row in caps if front_row else ():
+        _connector_counts(row, trace, sizes, front_row["hits"])
     if depends and sem.orders > 1 and sem.in_flight > 1 and cache_bytes:
-        spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes])
+        spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes], front)
         for r, s_ in zip(caps, spread):
             r["spread"] = s_
     summary = {
@@ -341,7 +377,80 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
     if modal is not None:
         summary["modalities"] = {m: {**v, "best": modal_rows(best, {m: v})[m]}
                                  for m, v in modal.items()}
+    if front_row:
+        summary["front"] = front_row
     return Analysis(summary, ev_.curve, ev_.sampled, totals)
+
+
+def _lookups(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, sem: Semantics,
+             depends: bool, front: tiers.Front | None
+             ) -> tuple[Trace, np.ndarray | None, dict]:
+    """What the target's cache is asked, in dispatch order: the trace (behind a ``front``
+    tier, only the front's misses), its events where the order needs them, and the summary's
+    ``front`` block (empty without a front)."""
+    ev = None
+    if depends:
+        trace, ev = _dispatched(trace, sem, None)
+    if front is None:
+        return trace, ev, {}
+    back, row = _connector(trace, sizes, tokens, front, ev)
+    return back, ev, row
+
+
+def _front(t: CacheTarget, model: VisionModel, sem: Semantics) -> tiers.Front | None:
+    """A two-tier target's front: its budget (given, or vLLM's rule) and the model's bytes per
+    token; None for a single-tier target."""
+    if t.front is None:
+        return None
+    from ..io.imageref import front_budget
+
+    budget = front_budget(t, model, sem.encoder_budget)
+    assert budget is not None
+    return tiers.Front(int(budget), int(model.bytes_per_token))
+
+
+def _connector(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, front: tiers.Front,
+               ev: np.ndarray | None) -> tuple[Trace, dict]:
+    """The front replayed over ``trace`` (dispatch order; ``ev``: its events, None for one
+    request at a time): the connector's lookups, and the summary's ``front`` block."""
+    served, c = tiers.front_flags(trace, front.tokens(sizes), front.budget, ev)
+    refs = int(trace.ids.size)
+    back = tiers.connector_trace(trace, served)
+    rows, asking = (np.unique(tr.ref_row).size for tr in (trace, back))
+    return back, {
+        "target": "vllm-encoder", "budget_tokens": front.budget, "references": refs,
+        "hits": c["hits"], "hit_rate": c["hits"] / max(refs, 1),
+        "tokens_saved": int(tokens[trace.ids[served]].sum()), "evictions": c["evictions"],
+        "lookups_behind": refs - c["hits"], "requests_served": int(rows - asking)}
+
+
+def _whole_requests(ev_: _Eval, served: int) -> _Eval:
+    """A two-tier target's "all-hit" requests: those every item of which one of the tiers
+    served (no encoder run), i.e. the connector's all-hit requests plus ``served`` requests
+    the front served alone (never looked up behind it)."""
+    def plus(counts: dict) -> dict:
+        return {**counts, "full_requests": counts["full_requests"] + served}
+
+    c = ev_.curve
+    start = int(c.capacity.size == 0 or c.capacity[0] > 0)  # the new curve starts at 0
+    cols = [np.r_[[0] * start, col].astype(np.int64) for col in (c.capacity, *c.columns().values())]
+    cols[4] = cols[4] + served
+    c = Curve.of(cols)
+    return _Eval(lambda x: plus(ev_.at_size(x)), lambda x: plus(ev_.at_images(x)),
+                 ev_.smallest, c, ev_.sampled, ev_.method)
+
+
+def _connector_counts(row: dict, back: Trace, sizes: np.ndarray, front_hits: int) -> None:
+    """A two-tier capacity row's connector counters: its lookups, misses (each an encoder
+    run), evictions, and the front's hits beside them."""
+    lookups = int(back.ids.size)
+    misses = lookups - row["hits"]
+    if row["capacity_bytes"] is not None:
+        ev = tiers.evictions(back, sizes, row["capacity_bytes"], row["hits"])
+    else:
+        ev = tiers.evictions(back, np.ones_like(sizes), row["capacity_images"], row["hits"])
+    row.update(lookups=lookups, misses=misses, evictions=ev, encoder_runs=misses,
+               encoder_hits=front_hits)
 
 
 def _totals(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> dict:
@@ -386,13 +495,17 @@ def _dispatched(trace: Trace, sem: Semantics, seed: int | None) -> tuple[Trace, 
 
 
 def _spread(trace: Trace, sizes, tokens, t: CacheTarget, sem: Semantics,
-            caps: list[int]) -> list[dict]:
+            caps: list[int], front: tiers.Front | None = None) -> list[dict]:
     """Hit rates at ``caps`` over completion orders: first-in first-out plus seeded random
-    choices of which in-flight request completes next."""
+    choices of which in-flight request completes next (of the connector's lookups in that
+    order, behind a ``front`` tier)."""
     per_cap: list[list[float]] = [[] for _ in caps]
     refs = max(int(trace.ids.size), 1)
     for seed in range(sem.orders):
         tr, ev = _dispatched(trace, sem, seed or None)
+        if front is not None:
+            tr = _connector(tr, sizes, tokens, front, ev)[0]
+            refs = max(int(tr.ids.size), 1)
         e = _evaluate(t, tr, sizes, tokens, ev, sem, want_curve=False)
         for k, c in enumerate(caps):
             per_cap[k].append(e.at_size(c)["hits"] / refs)

@@ -80,14 +80,15 @@ def format_report(a: Analysis) -> str:
         f"concurrency model      {sem.get('concurrency_model', 'file order')}",
         f"requests               {s['requests']:,} ({s['requests_with_images']:,} with "
         f"{'items' if 'modalities' in s else 'images'})",
-        f"{'item' if 'modalities' in s else 'image'} references"
-        f"{'  ' if 'modalities' in s else ' '}      {s['references']:,}{_per(s, 'references')}",
+        *_front_lines(s),
+        f"{_refs_label(s):<23}{s['references']:,}{_per(s, 'references')}",
         f"distinct {'items ' if 'modalities' in s else 'images'}        {s['distinct_images']:,} "
         f"({_size(s['distinct_bytes'], unit)} of entries){_per(s, 'distinct')}",
         f"compulsory misses      {s['compulsory_misses']:,}"
         + (f" ({s['unbounded_misses']:,} misses with an unbounded cache: in-flight duplicates)"
            if s["unbounded_misses"] != s["compulsory_misses"] else ""),
-        f"best possible hit rate {_pct(s['best']['hit_rate'])} of references, "
+        f"best possible hit rate {_pct(s['best']['hit_rate'])} of "
+        f"{'lookups' if 'front' in s else 'references'}, "
         f"{_pct(s['best']['byte_hit_rate'])} of bytes, {s['best']['tokens_saved']:,} encoder "
         "tokens saved",
     ]
@@ -107,24 +108,53 @@ def format_report(a: Analysis) -> str:
     return "\n".join(lines)
 
 
+def _refs_label(s: dict) -> str:
+    if "front" in s:
+        return "Dynamo lookups"
+    return "item references" if "modalities" in s else "image references"
+
+
+def _front_lines(s: dict) -> list[str]:
+    """A two-tier target's front: what vLLM's encoder cache served before Dynamo's cache."""
+    f = s.get("front")
+    if not f:
+        return []
+    return [f"front tier             vLLM's encoder cache of {f['budget_tokens']:,} tokens: "
+            f"served {f['hits']:,} of {f['references']:,} references ({_pct(f['hit_rate'])}), "
+            f"{f['evictions']:,} evictions; Dynamo's cache is asked for the other "
+            f"{f['lookups_behind']:,} (a lookup only on an encoder-cache miss)"]
+
+
+def _capacity_label(c: dict, unit: str, eb: dict) -> tuple[str, str]:
+    """A capacity row's size in the target's unit, and about how many entries it holds."""
+    if c["capacity_bytes"] is None:
+        return f"{c['capacity_images']:,} images", f"{c['capacity_images']:,}"
+    cap = (f"{c['capacity_gib']:g} GiB" if unit == "GiB" else
+           f"{c.get('capacity', 0):,.0f} tokens" if unit == "tokens" else
+           f"{c.get('capacity', 0):g} {unit}")
+    return cap, f"{int(c['capacity_bytes'] // eb['mean']):,}" if eb["mean"] else "-"
+
+
 def _capacity_lines(s: dict, unit: str) -> list[str]:
-    """The table of asked capacities (with the spread over completion orders when shown)."""
+    """The table of asked capacities (with the spread over completion orders when shown); a
+    two-tier target's shows the connector's counters."""
     if not s["capacities"]:
         return []
     eb = s["entry_bytes"]
-    lines = ["", f"{'capacity':>16} {'~entries':>9} {'hit rate':>9} {'byte hits':>9} "
-                 f"{'all-hit req':>11} {'tokens saved':>14}"]
+    tiered = "front" in s
+    head = (f"{'hits':>10} {'misses':>10} {'evictions':>10}" if tiered else
+            f"{'byte hits':>9} {'all-hit req':>11}")
+    lines = ["", f"{'capacity':>16} {'~entries':>9} {'hit rate':>9} {head} {'tokens saved':>14}"]
     for c in s["capacities"]:
-        if c["capacity_bytes"] is not None:
-            cap = (f"{c['capacity_gib']:g} GiB" if unit == "GiB" else
-                   f"{c.get('capacity', 0):,.0f} tokens" if unit == "tokens" else
-                   f"{c.get('capacity', 0):g} {unit}")
-            held = f"{int(c['capacity_bytes'] // eb['mean']):,}" if eb["mean"] else "-"
-        else:
-            cap, held = f"{c['capacity_images']:,} images", f"{c['capacity_images']:,}"
-        lines.append(f"{cap:>16} {held:>9} {_pct(c['hit_rate']):>9} "
-                     f"{_pct(c['byte_hit_rate']):>9} {_pct(c['full_request_rate']):>11} "
+        cap, held = _capacity_label(c, unit, eb)
+        cols = (f"{c['hits']:>10,} {c['misses']:>10,} {c['evictions']:>10,}" if tiered else
+                f"{_pct(c['byte_hit_rate']):>9} {_pct(c['full_request_rate']):>11}")
+        lines.append(f"{cap:>16} {held:>9} {_pct(c['hit_rate']):>9} {cols} "
                      f"{c['tokens_saved']:>14,}{_spread(c)}")
+    if tiered:
+        lines.append(f"[Dynamo's counters: hit rate of its {s['references']:,} lookups; each "
+                     "miss is an encoder run; vLLM's encoder cache served "
+                     f"{s['front']['hits']:,} more references at every size]")
     if any(c.get("spread") for c in s["capacities"]):
         lines.append("[spread of the hit rate over completion orders: min .. max, median]")
     return lines

@@ -69,7 +69,8 @@ def run_request(req: AnalyzeRequest) -> list[Result]:
 def _run_of(req: AnalyzeRequest) -> Run:
     c = req.cache
     sem = Semantics(oversize=c.oversize, insert=c.insert, in_flight=req.model.in_flight,
-                    dispatch=c.dispatch, real_width=c.real_width, target=req.model.cache)
+                    dispatch=c.dispatch, real_width=c.real_width, target=req.model.cache,
+                    encoder_budget=req.model.encoder_budget)
     sem.check()
     target = sem.cache()
     if c.capacity_gib and target.unit != "GiB":

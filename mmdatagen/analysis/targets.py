@@ -113,13 +113,17 @@ def set_curve(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Curve:
 class Replay:
     """Exact hits of ``target`` at one capacity over ``events`` (row r looked up is ``r``, its
     later moment ``~r``; default: every row in order, each finishing before the next), through
-    the shared cache model."""
+    the shared cache model. A two-tier target also needs its front: ``front_tokens`` (budget)
+    and ``bytes_per_token``; its flags are the connector's hits."""
 
     def __init__(self, target: CacheTarget, trace: Trace, sizes: np.ndarray,
-                 events: np.ndarray | None = None) -> None:
+                 events: np.ndarray | None = None, front_tokens: int | None = None,
+                 bytes_per_token: int | None = None) -> None:
         from ..io.imageref import request_items
 
         self.target, self.trace = target, trace
+        self.front = {"front_tokens": front_tokens, "bytes_per_token": bytes_per_token}
+        self.counters: dict[str, int] = {}
         starts = row_starts(trace)
         ids = trace.ids.tolist()
         sz = sizes.tolist()
@@ -135,10 +139,11 @@ class Replay:
         self.events = events
 
     def flags(self, capacity: int) -> np.ndarray:
-        """Hit flag per reference (file order of the trace)."""
+        """Hit flag per reference (file order of the trace); the cache's counters after the
+        replay in ``counters``."""
         from ..io.imageref import image_flags
 
-        cache = make_cache(self.target, capacity)
+        cache = make_cache(self.target, capacity, **self.front)
         per_row: list = [None] * self.trace.num_rows
         for e in self.events.tolist():
             if e < 0:
@@ -146,5 +151,6 @@ class Replay:
             else:
                 per_row[e] = image_flags(self.target, cache.lookup(e, self.items[e]),
                                          int(self.lens[e]))
+        self.counters = cache.counters()
         return np.fromiter((f for row in per_row for f in (row or ())), bool,
                            self.trace.ids.size)

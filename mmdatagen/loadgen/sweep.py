@@ -278,9 +278,14 @@ class _Predictions:
         target = prof.cache_target()
         if target.key not in self.traces:
             self.traces[target.key] = trace_from_dataset(self.dataset, key_mode=target.key)
+        from ..io.imageref import front_budget
+
         insert = "schedule" if target.insert_on_lookup else "completion"
-        a = analyze(self.traces[target.key], resolve_model(prof.model),
-                    Semantics(target=target.name, oversize=target.oversize, insert=insert),
+        model = resolve_model(prof.model)
+        budget = front_budget(target, model, prof.encoder_budget, prof.token_budget)
+        a = analyze(self.traces[target.key], model,
+                    Semantics(target=target.name, oversize=target.oversize, insert=insert,
+                              encoder_budget=budget),
                     cache_bytes=[target.capacity(cache_gb)], want_curve=False)
         c = a.summary["capacities"][0]
         return {"references": a.summary["references"], "hits": c["hits"],
