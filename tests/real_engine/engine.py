@@ -93,7 +93,8 @@ class VllmServer:
     def __init__(self, python: Path, model: Path, log_path: Path, *, processor_cache_gb: float,
                  max_num_batched_tokens: int, max_images: int, max_videos: int = 0,
                  prefix_caching: bool = False,
-                 max_model_len: int = 4096, extra_args: list[str] | None = None) -> None:
+                 max_model_len: int = 4096, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.python = Path(python)
         self.model = Path(model)
         self.log_path = Path(log_path)
@@ -113,6 +114,7 @@ class VllmServer:
             # eager: torch.compile of even this tiny model costs 15-100 s per cold start
             "--compilation-config", json.dumps({"mode": 0}), *(extra_args or []),
         ]
+        self.env = dict(env or {})  # the server's environment beyond OFFLINE_ENV
         self.proc: subprocess.Popen | None = None
         self.watchdog: subprocess.Popen | None = None
         self.start_seconds: float | None = None
@@ -121,6 +123,7 @@ class VllmServer:
     def start(self, timeout: float = 400.0) -> VllmServer:
         env = dict(os.environ)
         env.update(OFFLINE_ENV)
+        env.update(self.env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         started = time.monotonic()
