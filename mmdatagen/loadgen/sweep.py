@@ -12,7 +12,9 @@ The grid is the cartesian product of the values given for ``concurrency``, ``req
 - ``virtual``: the simulator's model in virtual time (``mmdatagen simulate``'s engine; a fresh
   engine, cold cache, per run), seconds instead of minutes.
 
-Resumable: a run whose export exists and is complete is read back, not run again. Results:
+Resumable: a run whose export exists and is complete is read back, not run again, when the
+folder's ``sweep.origin.json`` says it is the same sweep (dataset digest and every run setting:
+``loadgen/resume.py``); a folder of another sweep needs ``--force``. Results:
 ``sweep.json`` (every run and the per-point summaries) and ``sweep.csv`` (one row per point and
 repeat), then ``report.html``.
 """
@@ -41,6 +43,7 @@ from .stats import summarize
 if TYPE_CHECKING:
     from ..report.html import ReportFiles
     from ..sim.profile import Profile
+    from .resume import Origin
 
 Params = dict[str, GridValue]  # one grid point: parameter -> value
 Log = Callable[[str], None]
@@ -126,6 +129,7 @@ class SweepConfig:
     report: bool = True
     png: bool = False
     quiet: bool = False
+    force: bool = False  # a folder of another sweep: run every point again (no resume)
 
     def expand(self) -> list[Params]:
         keys = list(self.grid)
@@ -149,7 +153,7 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
                         output_dir=Path(target.output_dir), goodput=goodput)
     return SweepConfig(base=replace(base, quiet=True), grid=sweep_grid(grid), repeats=repeats,
                        output_dir=Path(target.output_dir), virtual=target.virtual,
-                       report=report, png=png, quiet=load.quiet)
+                       report=report, png=png, quiet=load.quiet, force=target.force)
 
 
 def _validate(cfg: SweepConfig) -> None:
@@ -340,7 +344,10 @@ def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"cannot create {out}: {exc.strerror}") from None
-        return _sweep(cfg, out, log)
+        from .resume import Origin
+
+        origin = Origin(cfg, out)  # earlier runs count only for the same sweep
+        return _sweep(cfg, out, log, origin)
 
 
 def sweep_outputs(cfg: SweepConfig) -> list[Path]:
@@ -350,7 +357,9 @@ def sweep_outputs(cfg: SweepConfig) -> list[Path]:
     from .run import run_outputs
 
     out = Path(cfg.output_dir)
-    paths = [out / name for name in (SWEEP_JSON, SWEEP_CSV, REPORT_NAME, PLOTS_DIR)]
+    from .resume import ORIGIN_NAME
+
+    paths = [out / name for name in (SWEEP_JSON, SWEEP_CSV, REPORT_NAME, PLOTS_DIR, ORIGIN_NAME)]
     for params in cfg.expand():
         paths.append(out / "profiles" / f"{point_name(params)}.yaml")
         for r in range(1, cfg.repeats + 1):
@@ -358,8 +367,8 @@ def sweep_outputs(cfg: SweepConfig) -> list[Path]:
     return paths
 
 
-def _sweep(cfg: SweepConfig, out: Path, log: Log | None) -> SweepResult:
-    runner = _Runner(cfg, out, log or _stderr_log(cfg.quiet))
+def _sweep(cfg: SweepConfig, out: Path, log: Log | None, origin: Origin) -> SweepResult:
+    runner = _Runner(cfg, out, log or _stderr_log(cfg.quiet), origin)
     doc = sweep_document(cfg, [runner.point(params) for params in cfg.expand()])
     result = _write(cfg, out, doc, runner.representatives)
     result.failed = runner.failed
@@ -376,8 +385,9 @@ def _stderr_log(quiet: bool) -> Log:
 class _Runner:
     """Runs (or reads back) each point's repeats, numbering them across the sweep."""
 
-    def __init__(self, cfg: SweepConfig, out: Path, log: Log) -> None:
+    def __init__(self, cfg: SweepConfig, out: Path, log: Log, origin: Origin) -> None:
         self.cfg, self.out, self.log = cfg, out, log
+        self.origin = origin  # which of the folder's runs this very sweep made
         self.total = len(cfg.expand()) * cfg.repeats
         self.done = 0
         self.predictions = _Predictions(Path(cfg.base.input_file))
@@ -406,6 +416,7 @@ class _Runner:
         if export is None:
             self.log(f"{tag}: running")
             export = self._run(bc, prof, f"{name} repeat {r}")
+            self.origin.done(f"{name}/r{r}")
         self._note_metrics(export)
         problem = failed_run(export)
         if problem is not None:
@@ -417,7 +428,8 @@ class _Runner:
 
     def _resume(self, run_dir: Path, tag: str) -> Export | None:
         """A complete export already there (goodput recomputed when the objectives changed)."""
-        export = _load_done(run_dir)
+        run = f"{run_dir.parent.name}/{run_dir.name}"
+        export = _load_done(run_dir) if self.origin.resumable(run) else None
         if export is None:
             return None
         self.log(f"{tag}: export exists, not run again")

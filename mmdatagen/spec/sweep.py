@@ -96,3 +96,6 @@ class SweepTarget:
                            "instead of minutes.", is_flag=True)
     output_dir: Path = option(Path("artifacts/sweep"), "--output-dir", "sweep.json, sweep.csv, "
                               "report.html and <point>/r<k>/.", kind=Path)
+    force: bool = option(False, "--force", "Run every point again in a folder of another sweep "
+                         "(other dataset or settings); without it such a folder is refused and "
+                         "a matching one is resumed.", short="-f", is_flag=True)
