@@ -316,6 +316,7 @@ class Manifest:
         if parts.sessions is not None and len(parts.sessions) != len(rows):
             raise DatasetError(f"{source}: manifest has {len(parts.sessions)} sessions for "
                                f"{len(rows)} rows")
+        _check_lines(data.get("format") or "single_turn", parts, source)
         return cls(kind=data.get("kind") or "", format=data.get("format") or "single_turn",
                    params=data.get("params") or {}, seed=data.get("seed"), shard=parts.shard,
                    delivery=data.get("delivery") or "", images=parts.images, rows=rows,
@@ -362,6 +363,25 @@ def _image_entry(im: Mapping[str, Any]) -> ImageEntry:
 
 def _sessions(sessions: Any) -> list[str] | None:
     return None if sessions is None else [str(s) for s in sessions]
+
+
+def _check_lines(fmt: str, parts: _Parts, source: str) -> None:
+    """The manifest's parts describe one count of JSONL lines: a rows list cut short (or grown)
+    while the ``jsonl`` block stayed intact is refused, not trusted."""
+    if fmt == "multi_turn":
+        if parts.sessions is None:
+            return
+        lines = sum(1 for i, s in enumerate(parts.sessions) if i == 0 or s != parts.sessions[i - 1])
+    else:
+        lines = len(parts.rows)
+    start, stop = parts.shard.lines
+    counts = {"rows": lines, "shard lines": stop - start}
+    if parts.jsonl is not None:
+        counts["jsonl lines"] = parts.jsonl.lines
+    if len(set(counts.values())) > 1:
+        said = ", ".join(f"{k} {v}" for k, v in counts.items())
+        raise DatasetError(f"{source}: malformed manifest (its parts disagree on the line "
+                           f"count: {said})")
 
 
 def _shard(sh: Any, num_rows: int) -> ShardInfo:

@@ -5,6 +5,7 @@ Rows are parsed one line at a time (lines may hold tens of MB of base64), so mem
 from __future__ import annotations
 
 import gzip
+import math
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -111,20 +112,45 @@ def parse_turn(obj: dict, where: str) -> Turn:
     videos = _plural(obj, "video", "videos", where)
     if not (texts or images or uuids or audios or videos):
         raise DatasetError(f"{where}: a row needs at least one of text, image, audio or video")
-    for item in texts + images:
-        if not isinstance(item, str):
-            raise DatasetError(f"{where}: texts and images must be strings")
-    out_len = obj.get("output_length")
-    if out_len is not None and (not isinstance(out_len, int) or out_len <= 0):
-        raise DatasetError(f"{where}: 'output_length' must be a positive integer")
-    extra = obj.get("extra")
-    if extra is not None and not isinstance(extra, dict):
-        raise DatasetError(f"{where}: 'extra' must be an object")
+    _check_items(texts, images, audios, videos, where)
+    _check_scalars(obj, where)
+    out_len, extra = obj.get("output_length"), obj.get("extra")
     sid = obj.get("session_id")
     return Turn(texts=texts, images=images, image_uuids=uuids,
                 session_id=None if sid is None else str(sid), output_length=out_len,
                 delay_ms=obj.get("delay"), timestamp_ms=obj.get("timestamp"),
                 role=obj.get("role"), extra=extra, audios=audios, videos=videos)
+
+
+def _check_items(texts: list, images: list, audios: list, videos: list, where: str) -> None:
+    for item in texts + images:
+        if not isinstance(item, str):
+            raise DatasetError(f"{where}: texts and images must be strings")
+    for name, items in (("audios", audios), ("videos", videos)):
+        if not all(item is None or isinstance(item, str) for item in items):  # null: skipped
+            raise DatasetError(f"{where}: {name} must be strings (a path, URL or inline data)")
+
+
+def _check_scalars(obj: dict, where: str) -> None:
+    """The row's numbers and objects, typed before anything uses them."""
+    out_len = obj.get("output_length")
+    if out_len is not None and (not isinstance(out_len, int) or isinstance(out_len, bool)
+                                or out_len <= 0):
+        raise DatasetError(f"{where}: 'output_length' must be a positive integer")
+    extra = obj.get("extra")
+    if extra is not None and not isinstance(extra, dict):
+        raise DatasetError(f"{where}: 'extra' must be an object")
+    for key in ("delay", "timestamp"):
+        value = obj.get(key)
+        if value is not None and not _milliseconds(value):
+            raise DatasetError(f"{where}: '{key}' must be a finite number of milliseconds >= 0")
+    if obj.get("role") is not None and not isinstance(obj["role"], str):
+        raise DatasetError(f"{where}: 'role' must be a string")
+
+
+def _milliseconds(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 def _image_uuids(obj: dict, images: list, where: str) -> list | None:

@@ -49,9 +49,89 @@ def load_export(path: Path) -> dict[str, Any]:
         doc = orjson.loads(f.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         raise UserError(f"cannot read {f}: {exc}") from None
-    if not isinstance(doc, dict):
-        raise UserError(f"{f} is not an export object")
+    problem = export_problem(doc)
+    if problem is not None:
+        raise UserError(f"{f} is not a usable export: {problem}")
     return doc
+
+
+# The blocks of an export that compare and the report read, by shape (checked before use).
+SERIES_BLOCKS = ("timeline", "distributions", "server_metrics_timeseries")
+OBJECT_BLOCKS = ("input_config", "run_info", "image_cache", "warmup_metrics")
+LIST_BLOCKS = ("error_summary", "warmup_error_summary")
+
+
+def export_problem(doc: Any) -> str | None:
+    """Why ``doc`` (an export read from outside: ours, AIPerf's, or edited) cannot be used, or
+    None: every block compare and the report read has its shape (statistics are numbers,
+    series are lists of numbers, objects are objects). Unknown keys are left alone."""
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    for key, value in doc.items():
+        if value is None:
+            continue
+        problem = _block_problem(key, value)
+        if problem is not None:
+            return f"'{key}' {problem}"
+    return None
+
+
+def _block_problem(key: str, value: Any) -> str | None:
+    if key in SERIES_BLOCKS:
+        return _series_problem(value)
+    if key in OBJECT_BLOCKS:
+        if not isinstance(value, dict):
+            return "is not an object"
+        if key == "image_cache":
+            return next((f"{k}: {p}" for k, v in value.items() if v is not None
+                         if (p := _object_or_stats(v)) is not None), None)
+        return None
+    if key in LIST_BLOCKS:
+        return None if isinstance(value, list) else "is not a list"
+    if key in STAT_BLOCKS or (isinstance(value, dict) and "avg" in value):
+        return _stats_problem(value)
+    return None
+
+
+STAT_BLOCKS = frozenset((
+    "time_to_first_token", "request_latency", "inter_token_latency", "time_to_second_token",
+    "output_token_throughput_per_user", "output_sequence_length", "input_sequence_length",
+    "num_images", "client_added_ttft", "request_throughput", "output_token_throughput",
+    "benchmark_duration", "request_count", "error_request_count", "total_output_tokens",
+    "total_input_tokens", "total_osl", "total_isl", "total_images", "goodput",
+    "good_request_count"))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _stats_problem(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "is not a statistics object"
+    for stat, v in value.items():
+        if v is None or isinstance(v, (str, dict)) and stat in ("unit", "slos", "note"):
+            continue
+        if not _is_number(v):
+            return f"{stat} is not a number"
+    return None
+
+
+def _object_or_stats(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "is not an object"
+    return _stats_problem(value) if "avg" in value else None
+
+
+def _series_problem(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "is not an object"
+    for name, v in value.items():
+        if isinstance(v, list) and not all(x is None or _is_number(x) for x in v):
+            return f"{name} holds a value that is not a number"
+        if isinstance(v, dict):
+            return f"{name} is an object, not a series"
+    return None
 
 
 def _value(doc: dict, tag: str, stat: str) -> float | None:

@@ -216,8 +216,11 @@ def _load_done(run_dir: Path) -> Export | None:
         doc = orjson.loads(p.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return None
-    if not isinstance(doc, dict) or doc.get("was_cancelled") or not doc.get("is_complete", True):
-        return None
+    from .compare import export_problem
+
+    if export_problem(doc) is not None or doc.get("was_cancelled") \
+            or not doc.get("is_complete", True):
+        return None  # not a whole, well-formed export: run again
     return doc
 
 
