@@ -5,6 +5,7 @@ import math
 from typing import Any
 
 from .metrics import RECORD_METRICS
+from .outcomes import fault_lines
 
 COLUMNS = ("avg", "min", "max", "p99", "p90", "p50", "std")
 RUN_ROWS = (("Output Token Throughput (tokens/sec)", "output_token_throughput"),
@@ -58,8 +59,30 @@ def _hit_lines(cache: dict) -> list[str]:
         out.append(f"Image cache hits (predicted, {pred.get('model', '?')}, "
                    f"{pred.get('cache_gb', '?')} GiB): {pred['hits']:,}/{pred['references']:,}"
                    f" = {pred['hit_rate']:.1%}")
+        out += band_lines(pred.get("band"))
     elif pred and pred.get("note"):
         out.append(f"Image cache prediction: {pred['note']}")
+    return out
+
+
+def band_lines(band: dict | None) -> list[str]:
+    """The order band: its bounds and width, and whether the measured hits lie inside."""
+    if not band or band.get("low") is None:
+        return []
+    if band["width"] == 0:
+        line = f"  order band: exact ({band.get('method')}), width 0"
+    else:
+        line = (f"  order band: {band['low']:,} to {band['high']:,} hits (width "
+                f"{band['width']:,}) over every arrival order the send and first-byte times "
+                f"allow ({band.get('method')})")
+    out = [line]
+    inside = band.get("measured_inside")
+    if inside is not None:
+        whole = band.get("all_requests") or band
+        lo, hi = (band["low"], band["high"]) if "headers" in str(band.get("measured_by")) \
+            else (whole["low"], whole["high"])
+        out.append(f"  measured {band['measured']:,} hits ({band.get('measured_by')}): "
+                   f"{'inside' if inside else 'OUTSIDE'} the band [{lo:,}, {hi:,}]")
     return out
 
 
@@ -75,7 +98,7 @@ def _ttft_split_lines(cache: dict) -> list[str]:
 
 
 def _error_lines(export: dict) -> list[str]:
-    out = []
+    out = fault_lines(export.get("engine_faults"))
     for e in export.get("error_summary") or []:
         d = e["error_details"]
         out.append(f"Error x{e['count']:,}: {d.get('type')} {d.get('code') or ''} "

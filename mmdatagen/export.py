@@ -26,6 +26,7 @@ from .metrics import (
     phase_metrics,
     stats_block,
 )
+from .outcomes import engine_faults
 
 __all__ = ["EXPORT_NAME", "RECORDS_NAME", "build_export", "image_cache_summary", "record_line",
            "write_exports", "record_from_dict", "record_to_dict"]
@@ -56,6 +57,8 @@ def image_cache_summary(records: Sequence[RequestRecord], *,
         if v is None or r.num_images == 0:
             continue
         (all_hit if r.image_misses == 0 else not_all).append(v)
+    if predicted is not None and isinstance(predicted.get("band"), dict):
+        predicted = {**predicted, "band": band_check(predicted["band"], measured, scraped)}
     return {
         "measured": measured,
         "predicted": predicted,
@@ -63,6 +66,21 @@ def image_cache_summary(records: Sequence[RequestRecord], *,
         "time_to_first_token_all_hit": stats_block(all_hit, "ms"),
         "time_to_first_token_not_all_hit": stats_block(not_all, "ms"),
     }
+
+
+def band_check(band: dict, measured: dict | None, scraped: dict | None) -> dict:
+    """The order band with ``measured_inside``: the measured hits against the band of the
+    requests they cover (the response headers: the profiling requests; the server's counters
+    of the target's own family: every request), None when nothing measured them."""
+    if measured is not None:
+        value, low, high, what = measured["hits"], band["low"], band["high"], measured["source"]
+    elif scraped is not None and band.get("family") and scraped.get("source") == band["family"]:
+        whole = band.get("all_requests") or band
+        value, low, high, what = scraped["hits"], whole["low"], whole["high"], scraped["source"]
+    else:
+        return band
+    return {**band, "measured": value, "measured_by": what,
+            "measured_inside": bool(low <= value <= high)}
 
 
 def _window(records: Sequence[RequestRecord]) -> tuple[int | None, int | None]:
@@ -116,6 +134,7 @@ def build_export(records: Sequence[RequestRecord], *, input_config: dict,
     }
     doc: Export = {**header, **phase_metrics(prof)}
     doc["image_cache"] = image_cache_summary(prof, predicted=predicted, scraped=scraped)
+    doc["engine_faults"] = engine_faults(records)
     return doc
 
 

@@ -1,40 +1,43 @@
 """The order band of a cache prediction: the lowest and highest hits over every order in which
 the server may have seen the requests, given what the client timed.
 
-A client knows when it sent request ``i`` (``s_i``) and when the first byte of its response came
-back (``f_i``); the server looked ``i`` up at some moment in ``[s_i, f_i]``. Request ``i``
-certainly came before ``j`` when ``f_i < s_j``; otherwise their order is open. The consistent
-orders are the linear extensions of this interval order (exactly the orders realisable by one
-moment per request inside its window). The prediction's exact value replays send order, one of
-them. Where no two windows overlap (concurrency 1, or no overlaps) the order is known: the band
-is the exact value, width 0.
+A client knows when it sent request ``i`` (``s_i``) and when the first byte of its reply came back
+(``f_i``); the server looked ``i`` up at some moment in ``[s_i, f_i]``. Request ``i`` certainly
+came before ``j`` when ``f_i < s_j``; otherwise their order is open. The consistent orders are
+the linear extensions of this interval order (exactly the orders one moment per window
+realises). A target with a later moment (entries released or present after encoding) adds one
+event per request in ``[s_i, t_i]``, after its lookup. The prediction's exact value replays send
+order, one of them. Three methods, the first that applies:
 
-Method for a single LRU whose entries are present from the lookup on (vLLM's processor cache,
-touch-first included; SGLang's set-keyed cache with its flush on an oversize entry): per-key
-reasoning on LRU's stack property. An entry ``x`` referenced by request ``u`` is still present
-when request ``v`` starts iff the distinct entries touched after ``x``'s last touch in ``u``
-(the rest of ``u``, every request between, and ``v``'s earlier items when a request's present
-items are not touched first) plus ``x`` fit the capacity (no oversize entry flushed it). For
-each possible consecutive pair ``u -> v`` of ``x``'s visits this is *yes* when even every request
-that may lie between fits, *no* when the requests that certainly lie between already do not,
-else *maybe*; the sums are exact distinct-size range sums (an offline merge-sort tree). Per key,
-the hits are ``sum`` over consecutive visits of the pair's outcome; its lowest and highest are
-searched over every order of the key's visits: exhaustively (all linear extensions) within a
-group of at most ``GROUP`` mutually entangled visits, with a sound bound (each visit's worst and
-best predecessor) in a larger group. Summing per-key extremes can only widen: ``low`` never
-exceeds, and ``high`` never falls below, any consistent order's hits. Where the windows leave
-no order open the outcomes are all *yes* or *no* and the band is the exact value.
-
-Other targets (FIFO, vLLM's encoder cache, Dynamo's two tiers, entries present only after
-encoding) have no such stack property: every consistent order is replayed through the target's
-cache model when there are at most ``EXHAUSTIVE`` of them; otherwise the band is the sound but
-coarse one (no hit is certain; a reference no other can precede is a certain miss).
+1. Exact search. The events are placed one at a time; a state is the set placed so far (a
+   prefix of the send order plus a few open windows past it: at most the concurrency) and the
+   cache as the target's own model left it (pickled, counters zeroed). Placed sets reached with
+   equal caches are one state, keeping the lowest and highest hits. The answer is exact: where
+   no windows overlap there is one state per step (width 0, the exact replay). It runs while
+   its steps stay under ``SEARCH_BUDGET``, estimated as states x events left.
+2. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
+   processor cache, touch-first included; SGLang's set-keyed cache with its flush on an
+   oversize entry). LRU's stack property: an entry ``x`` last touched by request ``u`` is still
+   there when request ``v`` starts iff the distinct entries touched since (the rest of ``u``,
+   every request between, ``v``'s earlier items unless present items are touched first) plus
+   ``x`` fit the capacity, with no flush. For each possible consecutive pair ``u -> v`` of
+   ``x``'s visits that is *yes* when even every request that may lie between fits, *no* when
+   those that certainly lie between already do not, else *maybe* (exact distinct-size range
+   sums, an offline merge-sort tree). A key's hits are the sum over its consecutive visits; its
+   lowest and highest are searched over every order of its visits (exhaustively within a group
+   of at most ``GROUP`` entangled visits, each visit's worst and best predecessor beyond).
+   Keys are bounded one by one, so the sums can only widen: ``low`` is at most, and ``high`` at
+   least, any consistent order's hits.
+3. Coarse bound, for the other targets past the search (FIFO, vLLM's encoder cache, Dynamo's
+   two tiers, entries present after encoding): no hit is certain; an item no other request may
+   have brought earlier is a certain miss.
 """
 from __future__ import annotations
 
 import bisect
 import heapq
 import itertools
+import pickle
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +45,6 @@ from typing import Any
 import numpy as np
 
 GROUP = 7  # visits of one key searched exhaustively (7! orders at most)
-EXHAUSTIVE = 5040  # consistent orders replayed one by one for targets without a stack property
 YES, MAYBE, NO = 2, 1, 0
 
 
@@ -498,52 +500,128 @@ def stack_band(seq: _Seq, weights: Sequence[np.ndarray]) -> list[tuple[int, int]
     return out
 
 
-# -- other targets: every consistent order, or the coarse bound ------------------------------------
-Replay = Callable[[list[tuple[int, int, int]]], np.ndarray]  # events -> hits per send position
+# -- the exact search: every consistent order, equal cache states merged ---------------------------
+SEARCH_BUDGET = 1_000_000  # cache steps the exact search may take before the bounds take over
+MEMO = 200_000  # remembered cache steps (equal states reached from different placed sets)
+COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
+Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
 
 
-def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None
-            ) -> list[tuple[int, int, int, int]]:
-    """(window low, window high, kind, position): lookups, and the later moments after them."""
-    ev = [(int(s[p]), int(f[p]), 0, p) for p in range(s.size)]
-    if fin is not None:
-        ev += [(int(s[p]), int(max(fin[p], f[p])), 1, p) for p in range(s.size)]
-    return ev
-
-
-def linear_extensions(ev: Sequence[tuple[int, int, int, int]], limit: int
-                      ) -> list[list[int]] | None:
-    """Every order of ``ev`` in which an event certainly earlier (its window closed before the
-    other's opened) comes first and a request's later moment follows its lookup; None when
-    there are more than ``limit``."""
-    n = len(ev)
-    before = [[i for i in range(n) if ev[i][1] < ev[j][0]
-               or (ev[i][3] == ev[j][3] and ev[i][2] < ev[j][2])] for j in range(n)]
-    out: list[list[int]] = []
-    stack: list[tuple[list[int], frozenset[int]]] = [([], frozenset())]
-    while stack:
-        path, done = stack.pop()
-        if len(path) == n:
-            out.append(path)
-            if len(out) > limit:
-                return None
+def _ready(ev: Sequence[Event], first: int, extra: frozenset[int]) -> list[int]:
+    """Events that may come next after ``0..first-1`` and ``extra``: not placed, every event
+    whose window closed before theirs opened placed, and a later moment after its lookup."""
+    out = []
+    close = ev[first][1]
+    for q in range(first, len(ev)):
+        lo_q = ev[q][0]
+        if lo_q > close:
+            break  # the first unplaced event certainly comes before this one and all later
+        if q in extra:
             continue
-        for j in range(n):
-            if j not in done and all(i in done for i in before[j]):
-                stack.append((path + [j], done | {j}))
+        if any(k not in extra and ev[k][1] < lo_q for k in range(first, q)):
+            continue
+        if ev[q][2] and not _placed(ev, q, first, extra):
+            continue
+        out.append(q)
     return out
 
 
-def _exhaustive(ev: list[tuple[int, int, int, int]], orders: list[list[int]], replay: Replay,
-                weights: Sequence[np.ndarray]) -> list[tuple[int, int]]:
-    lows = [np.inf] * len(weights)
-    highs = [-np.inf] * len(weights)
-    for order in orders:
-        hits = replay([(t, ev[j][2], ev[j][3]) for t, j in enumerate(order)])
-        for n, w in enumerate(weights):
-            h = float(np.dot(hits, w))
-            lows[n], highs[n] = min(lows[n], h), max(highs[n], h)
-    return [(round(lo), round(hi)) for lo, hi in zip(lows, highs)]
+def _placed(ev: Sequence[Event], q: int, first: int, extra: frozenset[int]) -> bool:
+    """Whether the lookup of the request of later-moment event ``q`` is placed."""
+    k = next(k for k in range(q - 1, -1, -1) if ev[k][3] == ev[q][3] and ev[k][2] == 0)
+    return k < first or k in extra
+
+
+def _quiet(cache: Any) -> None:
+    """Zero the counters (the search keeps hits itself), so equal states pickle equally."""
+    for obj in (cache, *(v for v in vars(cache).values() if hasattr(v, "lookup"))):
+        for name in COUNTERS:
+            setattr(obj, name, 0)
+
+
+def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+                 gain: np.ndarray, factory: Callable[[], Any], fail: Sequence[bool],
+                 budget: int = SEARCH_BUDGET) -> list[tuple[int, int]] | None:
+    """Lowest and highest hits (``gain[w, p]``: what a hit of request ``p``'s items is worth
+    under weight vector ``w``) over every order of the events ``ev`` (sorted by window
+    low) consistent with their windows, by a search over placed sets that keeps one copy of
+    equal cache states (the target's own model, pickled); None past ``budget`` steps."""
+    start = factory()
+    _quiet(start)
+    step_of = _Stepper(ev, items, fail)
+    half = gain.shape[0]
+    cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
+    layer: dict[tuple[int, frozenset[int], bytes], tuple[float, ...]] = {
+        (0, frozenset(), pickle.dumps(start)): (0.0,) * (2 * half)}
+    spent = 0
+    for step in range(len(ev)):
+        nxt: dict[tuple[int, frozenset[int], bytes], tuple[float, ...]] = {}
+        for (first, extra, blob), val in layer.items():
+            if spent > budget:
+                return None
+            for q in _ready(ev, first, extra):
+                spent += 1
+                new_blob, got = step_of(blob, q)
+                worth = cols[ev[q][3]]
+                new = (tuple(v + got * g for v, g in zip(val[:half], worth))
+                       + tuple(v + got * g for v, g in zip(val[half:], worth)))
+                key = _placed_after(first, extra, q) + (new_blob,)
+                cur = nxt.get(key)
+                nxt[key] = new if cur is None else (
+                    tuple(map(min, cur[:half], new[:half])) + tuple(map(max, cur[half:], new[half:])))
+        layer = nxt
+        if spent + len(layer) * (len(ev) - step - 1) > budget:
+            return None  # the rest would take too long (at a step per state): the bounds answer
+    vals = list(layer.values())
+    return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
+            for w in range(half)]
+
+
+def _placed_after(first: int, extra: frozenset[int], q: int) -> tuple[int, frozenset[int]]:
+    extra = extra | {q}
+    while first in extra:
+        extra = extra - {first}
+        first += 1
+    return first, extra
+
+
+class _Stepper:
+    """One event applied to a pickled cache state: the new state and the hits it scored
+    (memoised: many placed sets share a cache state)."""
+
+    def __init__(self, ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+                 fail: Sequence[bool]) -> None:
+        self.ev, self.items, self.fail = ev, items, fail
+        self.memo: dict[tuple[bytes, int], tuple[bytes, int]] = {}
+
+    def __call__(self, blob: bytes, q: int) -> tuple[bytes, int]:
+        hit = self.memo.get((blob, q))
+        if hit is not None:
+            return hit
+        cache = pickle.loads(blob)
+        _, _, kind, p = self.ev[q]
+        got = 0
+        if kind == 0:
+            got = sum(cache.lookup(p, self.items[p]))
+        elif self.fail[p]:
+            cache.abort(p)
+        else:
+            cache.finish(p)
+        _quiet(cache)
+        if len(self.memo) >= MEMO:
+            self.memo.clear()
+        out = self.memo[(blob, q)] = (pickle.dumps(cache), got)
+        return out
+
+
+# -- other targets past the search: the coarse bound ------------------------------------------------
+def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None) -> list[Event]:
+    """Lookups (window ``[s, f]``) and the later moments after them (``[s, fin]``), sorted by
+    window low."""
+    ev = [(int(s[p]), int(f[p]), 0, p) for p in range(s.size)]
+    if fin is not None:
+        ev += [(int(s[p]), int(max(fin[p], f[p])), 1, p) for p in range(s.size)]
+    return sorted(ev, key=lambda e: (e[0], e[2], e[3]))
 
 
 def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[int],
@@ -576,21 +654,27 @@ def stack_target(target: Any) -> bool:
 
 def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: list[int],
                capacity: int, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
-               weights: Sequence[np.ndarray], replay: Replay) -> Band:
+               weights: Sequence[np.ndarray], factory: Callable[[], Any],
+               fail: Sequence[bool] | None = None, budget: int = SEARCH_BUDGET) -> Band:
     """The band over every arrival order consistent with the windows ``[s, f]`` (send
-    positions; ``s`` ascending), one (low, high) per weight vector. ``replay`` runs events
-    ``(order, kind, position)`` through the target's cache (for targets without the stack
-    property; ``fin``: their later moments' latest times)."""
+    positions, ``s`` ascending), one (low, high) per weight vector (a weight per position).
+    ``factory`` makes the target's empty cache; ``fin``: the latest times of a target's later
+    moments (entries released or present), ``fail``: positions whose request failed before it
+    (its entries are released, nothing becomes present)."""
     set_entry = target.entry == "embedding-set"
-    unit = [max(1, n) if set_entry else 1 for n in images]
-    if stack_target(target):
+    unit = np.array([max(1, n) if set_entry else 1 for n in images], np.float64)
+    gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
+    stack = stack_target(target)
+    ev = _events(s, f, None if stack else fin)
+    found = exact_search(ev, items, gain, factory, fail or [False] * len(items), budget)
+    known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
+    if found is not None:
+        return Band(found, "known order" if known else "exact search", known)
+    if stack:
         ids: dict[Hashable, int] = {}
         seq = _Seq([[(ids.setdefault(k, len(ids)), int(sz)) for k, sz in it] for it in items],
-                   unit, s, f, int(capacity), target.touch_request_first,
+                   unit.astype(int).tolist(), s, f, int(capacity), target.touch_request_first,
                    target.oversize == "flush")
-        return Band(stack_band(seq, weights), "stack", known_order(s, f))
-    ev = _events(s, f, fin)
-    orders = linear_extensions(ev, max(1, min(EXHAUSTIVE, 2_000_000 // max(1, len(ev)))))
-    if orders is not None:
-        return Band(_exhaustive(ev, orders, replay, weights), "exhaustive", len(orders) == 1)
-    return Band(coarse_band(items, unit, s, f, weights), "coarse", False)
+        return Band(stack_band(seq, weights), "stack bound", False)
+    return Band(coarse_band(items, unit.astype(int).tolist(), s, f, weights), "coarse bound",
+                False)

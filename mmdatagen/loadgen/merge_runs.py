@@ -142,9 +142,11 @@ def merged_prediction(workers: list[Worker], records: list[RequestRecord],
     tracker: ImageTracker | None = None
     timeline: dict[str, Any] = {}
     model_name = ""
-    for f in files:
+    slack: list[int] = []  # per request: its worker's clock uncertainty (widens the band)
+    for w, f in zip(workers, files):
         lines = iter(f.read_bytes().splitlines())
         head = orjson.loads(next(lines))
+        unc = int((w.shard.get("clock") or {}).get("uncertainty_ns") or 0)
         if tracker is None:
             model_name = head["model"]
             model = generic_model(1, int(head["bytes_per_token"]))
@@ -153,11 +155,12 @@ def merged_prediction(workers: list[Worker], records: list[RequestRecord],
         for line in lines:
             d = orjson.loads(line)
             tracker.requests.append(_Request([(k, s) for k, s in d["items"]], d["images"]))
+            slack.append(unc)
             if d.get("seqs") is not None and d.get("x_request_id"):
                 timeline[d["x_request_id"]] = d["seqs"]
     assert tracker is not None
     pred = prediction_result(tracker, None, records, len(tracker.requests),
-                             timeline if timeline else None)
+                             timeline if timeline else None, np.array(slack, np.int64))
     if pred is not None and "model" in pred:  # the workers' model (sizes came with the items)
         pred["model"] = model_name
         pred.pop("geometry", None)

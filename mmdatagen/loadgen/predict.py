@@ -11,7 +11,13 @@ order the server's cache saw them:
 - any other server: lookups in the order requests were sent, and a target's later moment
   (encoder done, entries released, request complete) when the client saw the first token or
   the end of the response. Exact at concurrency 1 and for targets whose entries are present
-  from the lookup on (vLLM's processor cache, Dynamo's aggregated cache).
+  from the lookup on (vLLM's processor cache, Dynamo's aggregated cache). Where concurrent
+  requests leave the server's order open, the prediction carries the order band
+  (``loadgen/band.py``): the lowest and highest hits over every order consistent with the send
+  and first-byte times.
+
+The requests counted are those the engine processed (``outcomes.engine_processed``: an empty
+200 or a 5xx after preprocessing counts; a refused connection or a 4xx does not).
 """
 from __future__ import annotations
 
@@ -34,7 +40,9 @@ from ..io.imageref import (
     request_items,
 )
 from ..io.readers import Turn
+from ..outcomes import engine_processed
 from ..vlm import VisionModel
+from .band import known_order, order_band
 
 
 class _MediaError(Exception):
@@ -147,16 +155,28 @@ class ImageTracker:
             return sorted(out), "the server's cache timeline (exact)"
         for i in range(len(self.requests)):
             r = by_index.get(i)
-            if r is None or (r.error is not None and r.first_token_ns is None):
-                continue  # failed before the server produced anything: assume no lookup
+            if r is None or not engine_processed(r):
+                continue  # refused before the cache: no lookup
             out.append((r.start_ns, 0, i))
             if later:
-                t = r.first_token_ns if self.target.present != "completion" else r.end_ns
+                t = self.later_moment(r)
                 if t is not None:
-                    out.append((t, 1, i))
+                    out.append((t, self.later_kind(r), i))
         how = "request start order" + (", later moments at first token / end of response"
                                        if later else "")
         return sorted(out), how
+
+    def later_moment(self, r: Any) -> int | None:
+        """When the client saw ``r`` pass the target's later moment: its first token (the end
+        of the response for a target whose entries appear at completion), else its reply."""
+        t = r.first_token_ns if self.target.present != "completion" else r.end_ns
+        return t if t is not None else (r.response_end_ns if r.error is not None else None)
+
+    @staticmethod
+    def later_kind(r: Any) -> int:
+        """1: the request reached its later moment; 2: it failed before (an engine fault or
+        an empty reply): its entries are released, nothing becomes present for it."""
+        return 1 if r.error is None or r.first_token_ns is not None else 2
 
     def replay(self, events: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """Predicted hits and lookups per request, replaying ``events`` through the target's
@@ -166,8 +186,8 @@ class ImageTracker:
         hits = np.zeros(len(self.requests), np.int64)
         looked = np.zeros(len(self.requests), np.int64)
         for _, kind, i in events:
-            if kind == 1:
-                cache.finish(i)
+            if kind:
+                (cache.finish if kind == 1 else cache.abort)(i)
                 continue
             req = self.requests[i]
             flags = image_flags(self.target, cache.lookup(i, req.items), req.images)
@@ -176,8 +196,11 @@ class ImageTracker:
         self.counters = cache.counters()
         return hits, looked
 
-    def predict(self, records: list, profiling: np.ndarray, timeline: dict | None = None) -> dict:
-        """Hit counts over the profiling requests (warmup requests warm the cache)."""
+    def predict(self, records: list, profiling: np.ndarray, timeline: dict | None = None,
+                slack_ns: np.ndarray | None = None) -> dict:
+        """Hit counts over the profiling requests (warmup requests warm the cache), with the
+        order band (``slack_ns``: per dispatch index, how far the request's clock may be off
+        the server's; merge-runs' workers)."""
         if not self.requests:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
         events, how = self.events(records, timeline)
@@ -186,8 +209,60 @@ class ImageTracker:
         looked[[i for _, kind, i in events if kind == 0]] = True
         keep = looked & (profiling[:len(self.requests)] if profiling.size else True)
         h, n = int(per_req[keep].sum()), int(refs[keep].sum())
+        exact = (h, int(per_req[looked].sum()))
+        counters = dict(self.counters)
+        band = (_known_band(exact, "the server's cache timeline") if timeline is not None
+                else self.band(records, looked, keep, exact, slack_ns))
+        band["family"] = _family(self.target)
+        self.counters = counters  # the band's replays must not replace the exact one's
         return {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
-                "order": how, "per_request_hits": per_req}
+                "order": how, "band": band, "per_request_hits": per_req}
+
+    def band(self, records: list, looked: np.ndarray, keep: np.ndarray,
+             exact: tuple[int, int], slack_ns: np.ndarray | None) -> dict:
+        """The order band over the requests the engine processed (``band.order_band``): for
+        the profiling requests (the prediction's hits) and for every request (what the server's
+        counters cover)."""
+        by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
+        slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
+        idx = sorted(np.flatnonzero(looked).tolist(),
+                     key=lambda i: (by_index[i].start_ns - slack[i], i))
+        s = np.array([by_index[i].start_ns - slack[i] for i in idx], np.int64)
+        f = np.array([_first_byte(by_index[i]) + slack[i] for i in idx], np.int64)
+        later = self.target.releases or not self.target.insert_on_lookup
+        fin = np.array([(self.later_moment(by_index[i]) or _first_byte(by_index[i])) + slack[i]
+                        for i in idx], np.int64) if later else None
+        weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
+        if known_order(s, f if fin is None else np.maximum(f, fin)):
+            return _known_band(exact, "known (no two requests' windows overlap)")
+        capacity = self.target.capacity(self.capacity)
+        res = order_band(self.target, [self.requests[i].items for i in idx],
+                         [self.requests[i].images for i in idx], capacity, s, f, fin, weights,
+                         lambda: make_target_cache(self.target, self.model, capacity, self.front),
+                         [self.later_kind(by_index[i]) == 2 for i in idx])
+        (low, high), (low_all, high_all) = res.bounds
+        return {"low": low, "high": high, "width": high - low, "method": res.method,
+                "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
+
+
+def _first_byte(r: Any) -> int:
+    """The latest moment the server can have taken ``r`` in: the first byte the client saw
+    of its reply (first token, else the end of the reply)."""
+    times = [t for t in (r.first_token_ns, r.response_end_ns, r.end_ns) if t is not None]
+    return min(times) if times else np.iinfo(np.int64).max // 2
+
+
+def _known_band(exact: tuple[int, int], how: str) -> dict:
+    return {"low": exact[0], "high": exact[0], "width": 0, "method": how,
+            "measured_inside": None, "all_requests": {"low": exact[1], "high": exact[1]}}
+
+
+def _family(target: CacheTarget) -> str | None:
+    """The scraped counter family that reports ``target`` (``scrape.counter_delta``'s
+    source), to compare the band with."""
+    from .scrape import FAMILY_OF
+
+    return FAMILY_OF.get((target.metrics or {}).get("hits", ""))
 
 
 def prediction_setup(cfg: Any, encoder: Any, embedded: Any = None
@@ -226,7 +301,8 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: Any = None
 
 
 def prediction_result(tracker: ImageTracker | None, note: str | None, records: list,
-                      started: int, timeline: dict | None) -> dict | None:
+                      started: int, timeline: dict | None,
+                      slack_ns: np.ndarray | None = None) -> dict | None:
     """The export's ``predicted`` block (per-request predictions are set on the records)."""
     if tracker is None:
         return {"note": note} if note else None
@@ -235,7 +311,7 @@ def prediction_result(tracker: ImageTracker | None, note: str | None, records: l
         if r.dispatch_index is not None and r.phase == "profiling":
             mask[r.dispatch_index] = True
     try:
-        pred = tracker.predict(records, mask, timeline)
+        pred = tracker.predict(records, mask, timeline, slack_ns)
     except UserError as exc:
         return {"note": f"prediction failed: {exc}"}
     per_req = pred.pop("per_request_hits", None)

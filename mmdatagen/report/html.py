@@ -17,6 +17,7 @@ from typing import Any, Literal, TypedDict
 
 from .. import __version__
 from ..exportmodel import SweepDoc, SweepPoint
+from ..outcomes import fault_name
 from . import figures as F
 from . import svg
 
@@ -229,7 +230,48 @@ def _cache_table(runs: F.Runs) -> str:
     head = ["Run", "Predicted hits", "References", "Predicted %", "Measured hits", "References",
             "Measured %", "Server /metrics %"]
     extra = "".join(f'<p class="note">{escape(n)}</p>' for n in notes)
-    return table(head, rows) + extra
+    return table(head, rows) + extra + _band_table(runs)
+
+
+def _band_table(runs: F.Runs) -> str:
+    """The order band of each prediction, and where the measured hits fall in it."""
+    rows = []
+    for label, ex in runs:
+        band = ((ex.get("image_cache") or {}).get("predicted") or {}).get("band")
+        if not isinstance(band, dict) or band.get("low") is None:
+            continue
+        inside = band.get("measured_inside")
+        where = "not measured" if inside is None else "inside" if inside else "OUTSIDE"
+        rows.append(f"<tr><td>{escape(label)}</td>" + cell(band["low"], "band.low")
+                    + cell(band["high"], "band.high") + cell(band["width"], "band.width")
+                    + cell(band.get("measured"), "band.measured")
+                    + f"<td>{escape(where)}</td><td>{escape(str(band.get('method')))}</td></tr>")
+    if not rows:
+        return ""
+    head = ["Run", "Band low", "Band high", "Width", "Measured hits", "Measured", "Method"]
+    note = ("The band: the lowest and highest predicted hits over every order in which the "
+            "server may have seen the requests, given their send and first-byte times (width 0: "
+            "the order is known and the prediction is exact). A server counter covers every "
+            "request, warmup included, and is compared with the band over all of them.")
+    return table(head, rows) + f'<p class="note">{escape(note)}</p>'
+
+
+def _faults_section(runs: F.Runs) -> str:
+    """Engine faults: requests the server failed after taking them in, and known engine bugs."""
+    rows = []
+    for label, ex in runs:
+        block = ex.get("engine_faults") or {}
+        if not block.get("count"):
+            continue
+        statuses = ", ".join(f"{s} x{n}" for s, n in sorted(block["statuses"].items()))
+        known = ", ".join(f"{fault_name(k)} ({k}) x{n}" for k, n in
+                          sorted((block.get("known") or {}).items())) or "none"
+        rows.append(f"<tr><td>{escape(label)}</td>" + cell(block["count"], "faults.count")
+                    + f"<td>{escape(statuses)}</td><td>{escape(known)}</td>"
+                    f"<td>{escape(str(block.get('first_message') or '')[:300])}</td></tr>")
+    if not rows:
+        return ""
+    return table(["Run", "Faults", "Statuses", "Known engine bugs", "First message"], rows)
 
 
 def _server_note(runs: F.Runs) -> str:
@@ -270,6 +312,9 @@ def runs_report(kind: ReportKind, runs: F.Runs, title: str,
     if cache is not None or any((ex.get("image_cache") or {}).get("predicted") for _, ex in runs):
         rep.add("Image cache: predicted beside measured", _cache_table(runs))
         rep.add_figures("Image cache hit rate", [cache])
+    faults = _faults_section(runs)
+    if faults:
+        rep.add("Engine faults", faults)
     srv = _server_note(runs)
     if srv:
         rep.add("Server metrics", f'<p class="note">{escape(srv)}</p>')

@@ -1,0 +1,191 @@
+"""The order band (``loadgen/band.py``) against brute force: every order consistent with the
+windows, replayed through the target's own cache model.
+
+Invariants: the exact search equals brute force; the stack bound contains it (so the exact
+replay in send order lies in every band); where no windows overlap the band is the exact replay,
+width 0. The distinct-size range sums behind the stack bound equal a naive count.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmdatagen.caches import get_target, make_cache
+from mmdatagen.loadgen.band import RangeSums, _events, known_order, order_band
+
+STACK_TARGETS = ("vllm-processor", "sglang-vlm")
+ALL_TARGETS = ("vllm-processor", "sglang-vlm", "vllm-processor-shm", "vllm-encoder",
+               "dynamo-encode", "dynamo-embedding")
+
+
+@st.composite
+def workloads(draw, max_requests: int = 6, max_events_requests: int = 6):
+    n = draw(st.integers(1, max_requests))
+    pool = draw(st.integers(1, 5))
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 5]), min_size=pool, max_size=pool))
+    keys = [draw(st.lists(st.integers(0, pool - 1), max_size=4)) for _ in range(n)]
+    starts = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+    spans = draw(st.lists(st.integers(0, 10), min_size=n, max_size=n))
+    later = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    weights = draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n))
+    fail = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    capacity = draw(st.integers(0, 10))
+    s = np.array(starts, np.int64)
+    f = s + np.array(spans, np.int64)
+    return {"keys": keys, "sizes": sizes, "s": s, "f": f, "fin": f + np.array(later),
+            "w": np.array(weights), "fail": fail, "capacity": capacity}
+
+
+def items_of(target, w: dict) -> tuple[list, list[int]]:
+    """The requests' cache items as bench makes them (one set item for a set-keyed cache)."""
+    out = []
+    for ks in w["keys"]:
+        it = [(k, w["sizes"][k]) for k in ks]
+        if target.entry == "embedding-set":
+            it = [(("set", *ks), sum(w["sizes"][k] for k in ks))] if ks else []
+        out.append(it)
+    return out, [len(ks) for ks in w["keys"]]
+
+
+def factory(target, capacity: int):
+    if target.front is not None:
+        return lambda: make_cache(target, capacity, front_tokens=4, bytes_per_token=1)
+    return lambda: make_cache(target, capacity)
+
+
+def stack(target) -> bool:
+    return target.front is None and target.eviction == "lru" and target.insert_on_lookup
+
+
+def brute_force(target, w: dict) -> tuple[float, float, float]:
+    """(lowest, highest, send order's) hits over every consistent order of the events."""
+    items, images = items_of(target, w)
+    unit = [max(1, n) if target.entry == "embedding-set" else 1 for n in images]
+    ev = _events(w["s"], w["f"], None if stack(target) else w["fin"])
+    before = [{i for i in range(len(ev)) if ev[i][1] < ev[j][0]
+               or (ev[i][3] == ev[j][3] and ev[i][2] < ev[j][2])} for j in range(len(ev))]
+    make = factory(target, w["capacity"])
+
+    def hits(order: list[int]) -> float:
+        cache, total = make(), 0.0
+        for j in order:
+            _, _, kind, p = ev[j]
+            if kind == 0:
+                total += sum(cache.lookup(p, items[p])) * unit[p] * w["w"][p]
+            else:
+                (cache.abort if w["fail"][p] else cache.finish)(p)
+        return total
+
+    values: list[float] = []
+
+    def walk(order: list[int], done: set[int]) -> None:
+        if len(order) == len(ev):
+            values.append(hits(order))
+        for j in range(len(ev)):
+            if j not in done and before[j] <= done:
+                walk(order + [j], done | {j})
+
+    walk([], set())
+    return min(values), max(values), hits(list(range(len(ev))))
+
+
+def band(target, w: dict, **kw):
+    items, images = items_of(target, w)
+    return order_band(target, items, images, w["capacity"], w["s"], w["f"], w["fin"],
+                      [w["w"]], factory(target, w["capacity"]), w["fail"], **kw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=workloads(), name=st.sampled_from(STACK_TARGETS))
+def test_stack_bound_contains_every_order(w, name):
+    target = get_target(name)
+    low, high, sent = brute_force(target, w)
+    b = band(target, w, budget=0)  # no search: the stack bound answers
+    assert b.method == "stack bound"
+    lo, hi = b.bounds[0]
+    assert lo <= low <= high <= hi
+    assert lo <= sent <= hi
+    if known_order(w["s"], w["f"]):
+        assert lo == hi == sent  # nothing open: the bound is the replay itself
+
+
+@settings(max_examples=250, deadline=None)
+@given(w=workloads(max_requests=4), name=st.sampled_from(ALL_TARGETS))
+def test_exact_search_equals_brute_force(w, name):
+    target = get_target(name)
+    low, high, sent = brute_force(target, w)
+    b = band(target, w)
+    assert b.bounds[0] == (round(low), round(high))
+    assert b.method in ("exact search", "known order")
+
+
+@settings(max_examples=100, deadline=None)
+@given(w=workloads(), name=st.sampled_from(ALL_TARGETS), gap=st.integers(1, 5))
+def test_width_zero_without_overlap(w, name, gap):
+    """Windows laid end to end (concurrency 1): the band is the send-order replay."""
+    n = len(w["keys"])
+    w["s"] = np.arange(n, dtype=np.int64) * 20 * gap
+    w["f"] = w["s"] + 5
+    w["fin"] = w["s"] + 9
+    target = get_target(name)
+    _, _, sent = brute_force(target, w)
+    b = band(target, w)
+    assert b.known_order and b.bounds[0] == (round(sent), round(sent))
+    if stack(target):
+        assert band(target, w, budget=0).bounds[0] == (round(sent), round(sent))
+
+
+@settings(max_examples=100, deadline=None)
+@given(w=workloads(), name=st.sampled_from(ALL_TARGETS))
+def test_coarse_bound_contains_every_order(w, name):
+    target = get_target(name)
+    if stack(target):
+        return  # the stack bound answers for these
+    low, high, _ = brute_force(target, w)
+    lo, hi = band(target, w, budget=0).bounds[0]
+    assert lo <= low <= high <= hi
+
+
+def test_one_new_image_in_two_overlapping_requests_is_one_hit():
+    """Whichever of two concurrent requests came first misses and the other hits: exactly one
+    hit in every order, and both methods say so (the per-key search couples the two)."""
+    target = get_target("vllm-processor")
+    w = {"keys": [[0], [0]], "sizes": [3], "s": np.array([0, 1]), "f": np.array([10, 10]),
+         "fin": np.array([10, 10]), "w": np.ones(2), "fail": [False, False], "capacity": 10}
+    assert not known_order(w["s"], w["f"])
+    assert band(target, w).bounds[0] == (1, 1)
+    assert band(target, w, budget=0).bounds[0] == (1, 1)
+
+
+def test_reordering_can_evict():
+    """A cache of one entry, a repeat of image 0 with image 1 in a request that may arrive
+    between them: one hit in send order, none when the other request came in between."""
+    target = get_target("vllm-processor")
+    w = {"keys": [[0], [1], [0]], "sizes": [2, 2], "s": np.array([0, 10, 12]),
+         "f": np.array([5, 30, 20]), "fin": np.array([5, 30, 20]), "w": np.ones(3),
+         "fail": [False] * 3, "capacity": 2}
+    assert band(target, w).bounds[0] == (0, 1)
+    assert band(target, w, budget=0).bounds[0] == (0, 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.lists(st.integers(0, 6), max_size=3), min_size=1, max_size=25),
+       data=st.data())
+def test_range_sums_equal_a_naive_count(keys, data):
+    sizes = {k: 1 + 3 * k for k in range(7)}
+    pos, prev, size, last = [], [], [], {}
+    for p, ks in enumerate(keys):
+        for k in dict.fromkeys(ks):
+            pos.append(p)
+            prev.append(last.get(k, -1))
+            size.append(sizes[k])
+            last[k] = p
+    sums = RangeSums(np.array(pos, np.int64), np.array(prev, np.int64),
+                     np.array(size, np.int64), len(keys))
+    n = len(keys)
+    lo = np.array(data.draw(st.lists(st.integers(0, n), min_size=5, max_size=5)))
+    hi = np.array(data.draw(st.lists(st.integers(-1, n - 1), min_size=5, max_size=5)))
+    got = sums(lo, hi)
+    for a, b, g in zip(lo, hi, got):
+        assert g == sum(sizes[k] for k in {k for ks in keys[a:b + 1] for k in ks})
