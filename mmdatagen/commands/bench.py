@@ -122,7 +122,9 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], output_dir: Path,
     from ..io.atomic import check_not_input, output_lock, reading
     from ..loadgen import compare as cmp
     from ..metrics import RECORDS_NAME
+    from ..spec.values import check_labels
 
+    check_labels(labels)
     inputs = [p for run in (run_a, run_b)
               for p in (cmp.find_export(run), cmp.find_export(run).parent / RECORDS_NAME)]
     outputs = _comparison_outputs(output_dir, chart, not no_report)

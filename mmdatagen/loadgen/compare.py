@@ -196,7 +196,7 @@ def _pct(v: float | None) -> str:
 
 
 def markdown(table: dict) -> str:
-    la, lb = table["labels"]
+    la, lb = (label.replace("|", "\\|") for label in table["labels"])  # a label never splits a cell
     lines = [f"| Metric | {la} | {lb} | Delta |", "|---|---|---|---|"]
     for r in table["rows"]:
         lines.append(f"| {r['metric']} | {_num(r['a'])} | {_num(r['b'])} | {_pct(r['delta_pct'])} |")

@@ -19,6 +19,7 @@ which is what AIPerf (and mmdatagen) call ``inter_token_latency``.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,9 @@ def parse_slos(specs: Iterable[str] | str | None) -> dict[str, float]:
                 v = float(value)
             except ValueError:
                 raise UserError(f"--goodput {name}: {value!r} is not a number") from None
-            if not v > 0:
-                raise UserError(f"--goodput {name}: the objective must be positive")
+            if not (v > 0 and math.isfinite(v)):
+                raise UserError(f"--goodput {name}: the objective must be a positive finite "
+                                "number of milliseconds")
             out[tag] = v
     return out
 

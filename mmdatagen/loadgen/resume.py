@@ -20,7 +20,7 @@ from ..metrics import EXPORT_NAME
 from .shard import file_digest
 
 if TYPE_CHECKING:
-    from .sweep import SweepConfig
+    from .run import BenchConfig
 
 ORIGIN_NAME = "sweep.origin.json"
 ORIGIN_VERSION = 1
@@ -29,12 +29,13 @@ ORIGIN_VERSION = 1
 NOT_COMPARED = ("input_file", "output_dir", "quiet", "goodput")
 
 
-def sweep_origin(cfg: SweepConfig) -> dict[str, Any]:
-    """The origin record of a sweep, as JSON would give it back."""
-    settings = {k: v for k, v in cfg.base.public().items() if k not in NOT_COMPARED}
-    target = "virtual" if cfg.virtual else (cfg.base.url or "embedded")
+def sweep_origin(base: BenchConfig, virtual: bool) -> dict[str, Any]:
+    """The origin record of a sweep (its runs' base config, virtual time or not), as JSON
+    would give it back."""
+    settings = {k: v for k, v in base.public().items() if k not in NOT_COMPARED}
+    target = "virtual" if virtual else (base.url or "embedded")
     doc = {"mmdatagen_sweep_origin": ORIGIN_VERSION,
-           "dataset_blake3": file_digest(cfg.base.input_file), "target": target,
+           "dataset_blake3": file_digest(base.input_file), "target": target,
            "settings": settings}
     return orjson.loads(orjson.dumps(doc))
 
@@ -44,19 +45,19 @@ class Origin:
     refused without ``--force``), then the list of runs finished under it, so a run resumes
     only when it was made by this very sweep (never a leftover of one ``--force`` replaced)."""
 
-    def __init__(self, cfg: SweepConfig, out: Path) -> None:
+    def __init__(self, base: BenchConfig, virtual: bool, force: bool, out: Path) -> None:
         self.path = out / ORIGIN_NAME
-        self.want = sweep_origin(cfg)
+        self.want = sweep_origin(base, virtual)
         have = _read(self.path)
         runs = have.pop("runs", []) if have is not None else []
-        if have is not None and have != self.want and not cfg.force:
+        if have is not None and have != self.want and not force:
             raise SpecError("force", f"is needed: {out} holds a sweep made from "
                                      f"{_difference(have, self.want)}; --force runs every point "
                                      "again")
-        if have is None and _has_runs(out) and not cfg.force:
+        if have is None and _has_runs(out) and not force:
             raise SpecError("force", f"is needed: {out} holds runs whose origin is not recorded "
                                      f"({ORIGIN_NAME}); --force runs every point again")
-        same = have == self.want and not cfg.force
+        same = have == self.want and not force
         self.runs: list[str] = [r for r in runs if isinstance(r, str)] if same else []
         self._write()
 

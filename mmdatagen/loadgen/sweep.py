@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -112,11 +113,51 @@ def _grid_value(text: str) -> GridValue:
         return text  # e.g. key_mode=bytes,pixels
 
 
+def check_sim_params(profile: str, grid: dict[str, list[GridValue]]) -> None:
+    """Every ``--sim-param`` value through the profile's own checks (type, finiteness, range)
+    before any run starts."""
+    from ..sim.profile import load_profile
+
+    base = load_profile(profile)
+    for name, values in grid.items():
+        if name in BENCH_PARAMS:
+            continue
+        for value in values:
+            try:
+                base.with_overrides(**profile_overrides({name: value}))
+            except (UserError, TypeError) as exc:
+                raise SpecError("grid_sim_params", f"{name}={value}: {exc}") from None
+
+
+def profile_overrides(params: Params) -> dict[str, Any]:
+    """A point's profile fields as the profile takes them (``640x480`` -> (640, 480))."""
+    out: dict[str, Any] = {k: v for k, v in params.items() if k not in BENCH_PARAMS}
+    size = out.get("default_image_size")
+    if isinstance(size, str) and re.fullmatch(r"\d+x\d+", size):
+        out["default_image_size"] = tuple(int(x) for x in size.split("x"))
+    return out
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
 def point_name(params: Params) -> str:
+    """The point's folder name: one path component inside the sweep's folder, whatever the
+    values (other characters become ``_``, and a hash of the point keeps names distinct)."""
     if not params:
         return "base"
-    return "_".join(f"{k}-{v:g}" if isinstance(v, float) else f"{k}-{v}"
-                    for k, v in params.items())
+    name = "_".join(f"{k}-{_text(v)}" for k, v in params.items())
+    safe = _SAFE.sub("_", name)
+    if safe != name or len(safe) > 120:
+        import hashlib
+
+        digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+        safe = f"{safe[:100]}~{digest}"
+    return safe
+
+
+def _text(v: GridValue) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 @dataclass
@@ -169,13 +210,14 @@ def _validate(cfg: SweepConfig) -> None:
         raise UserError("--virtual runs the simulator's model; it takes no --url")
     if cfg.virtual and cfg.base.fixed_schedule:
         raise UserError("--virtual does not model --fixed-schedule")
+    check_sim_params(cfg.base.profile, cfg.grid)
 
 
 def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
     """The point's simulator profile, and how runs name it (a derived YAML when fields vary)."""
     from ..sim.profile import load_profile
 
-    over = {k: v for k, v in params.items() if k not in BENCH_PARAMS}
+    over = profile_overrides(params)
     prof = load_profile(cfg.base.profile)
     if not over:
         return prof, cfg.base.profile
@@ -349,7 +391,7 @@ def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
             raise UserError(f"cannot create {out}: {exc.strerror}") from None
         from .resume import Origin
 
-        origin = Origin(cfg, out)  # earlier runs count only for the same sweep
+        origin = Origin(cfg.base, cfg.virtual, cfg.force, out)  # resume only the same sweep
         return _sweep(cfg, out, log, origin)
 
 

@@ -4,6 +4,7 @@ Profiles are YAML files in ``configs/profiles/``; unknown keys are an error so t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -62,8 +63,13 @@ class Profile:
                         self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms))
 
     def validate(self) -> Profile:
+        """Every field's type, finiteness and range (a YAML file, ``--sim-arg`` or a sweep's
+        ``--sim-param`` gave it): one line naming the field."""
         for f in fields(self):
             v = getattr(self, f.name)
+            problem = _type_problem(str(f.type), v)
+            if problem is not None:
+                raise UserError(f"profile {self.name}: {f.name} {problem} (got {v!r:.40})")
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise UserError(f"profile {self.name}: {f.name} must not be negative")
         if self.max_running < 1 or self.token_budget < 1:
@@ -108,6 +114,24 @@ class Profile:
 _FIELDS = {f.name for f in fields(Profile)}
 
 
+def _type_problem(kind: str, v: Any) -> str | None:
+    """Why ``v`` is not a value of the annotated field type ``kind``, or None."""
+    if v is None and kind.endswith("| None"):
+        return None
+    base = kind.removesuffix(" | None")
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if base == "int" and not (number and isinstance(v, int)):
+        return "must be an integer"
+    if base == "float" and not (number and math.isfinite(v)):
+        return "must be a number (finite)"
+    if base == "str" and not isinstance(v, str):
+        return "must be a string"
+    if base == "tuple[int, int]" and not (isinstance(v, tuple) and len(v) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)):
+        return "must be two positive integers (width, height)"
+    return None
+
+
 def profile_from_dict(data: dict[str, Any], name: str = "custom") -> Profile:
     """Build a profile from a mapping (YAML), rejecting unknown keys."""
     unknown = sorted(set(data) - _FIELDS)
@@ -125,10 +149,6 @@ def profile_from_dict(data: dict[str, Any], name: str = "custom") -> Profile:
         prof = Profile(**data)
     except TypeError as exc:
         raise UserError(f"profile {name}: {exc}") from None
-    for f in fields(Profile):
-        v = getattr(prof, f.name)
-        if f.type in ("float", "int") and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise UserError(f"profile {name}: {f.name} must be a number")
     return prof.validate()
 
 

@@ -196,9 +196,11 @@ def numbers(values: tuple[str, ...], name: str) -> list:
     kind = KINDS[name]
     out: list = []
     for raw in values:
-        for item in (s.strip() for s in str(raw).split(",")):
-            if item:
-                out += _expand(item, kind, name)
+        items = [s.strip() for s in str(raw).split(",") if s.strip()]
+        if not items:
+            raise SpecError(name, f"takes numbers, got {raw!r}")
+        for item in items:
+            out += _expand(item, kind, name)
     if any(v < 0 for v in out):
         raise SpecError(name, "must not be negative")
     return out

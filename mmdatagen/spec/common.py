@@ -33,9 +33,12 @@ def concurrency(help: str) -> Any:
     return option(None, "--concurrency", help, kind=int, min=1, max=1_000_000)
 
 
+MIN_RATE = 1e-3  # requests/s: a slower rate's first gap (hours, or 1e300 s) reads as a hang
+
+
 def request_rate() -> Any:
-    return option(None, "--request-rate", "Requests per second (paced by --arrival).",
-                  kind=float, min=0, min_open=True, max=1e6)
+    return option(None, "--request-rate", "Requests per second (paced by --arrival; at least "
+                  "0.001).", kind=float, min=MIN_RATE, max=1e6)
 
 
 def arrival() -> Any:
@@ -54,7 +57,7 @@ def ramp_to() -> Any:
     return option(None, "--ramp-to", "Raise (or lower) the request rate linearly from "
                   "--request-rate to this rate over the benchmark duration (without "
                   "--benchmark-duration: the time the request count takes at the mean rate).",
-                  kind=float, min=0, min_open=True, max=1e6)
+                  kind=float, min=MIN_RATE, max=1e6)
 
 
 def check_arrivals(arrival: str, burstiness: float, request_rate: float | None,

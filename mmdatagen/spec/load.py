@@ -7,6 +7,7 @@ from typing import Literal
 
 from . import common
 from .base import SpecError, option, spec
+from .values import check_labels
 
 DatasetType = Literal["auto", "single_turn", "multi_turn", "random_pool"]
 Arrival = Literal["poisson", "constant"]
@@ -154,3 +155,6 @@ class AbRuns:
                               "comparison.", kind=Path)
     chart: bool = option(False, "--chart", "Also write comparison.png (needs matplotlib).",
                          is_flag=True)
+
+    def check(self) -> None:
+        check_labels(self.labels)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import SpecError
+from . import common
 from .base import option, spec
 
 #: Load fields a sweep does not take: the swept ones (the grid has them as lists) and the ones
@@ -56,13 +57,15 @@ class SweepGrid:
         out: dict[str, list[int] | list[float]] = {}
         if self.grid_concurrency:
             out["concurrency"] = _numbers("grid_concurrency", self.grid_concurrency, int,
-                                          lambda v: v >= 1, "must be at least 1")
+                                          lambda v: 1 <= v <= 1_000_000,
+                                          "must be at least 1 (and at most 1000000)")
         if self.grid_request_rate:
             out["request_rate"] = _numbers("grid_request_rate", self.grid_request_rate, float,
-                                           lambda v: v > 0, "must be positive")
+                                           lambda v: common.MIN_RATE <= v <= 1e6,
+                                           f"must be in [{common.MIN_RATE:g}, 1e6]")
         if self.grid_cache_gb:
             out["cache_gb"] = _numbers("grid_cache_gb", self.grid_cache_gb, float,
-                                       lambda v: v >= 0, "must not be negative")
+                                       lambda v: 0 <= v <= 1e9, "must be in [0, 1e9]")
         return out
 
 

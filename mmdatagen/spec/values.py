@@ -4,6 +4,7 @@ Shared by the loader (``bench``, ``ab``, ``sweep``) and ``simulate``.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -49,7 +50,31 @@ def parse_extra_inputs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise UserError(f"--extra-inputs expects KEY:VALUE, got {pair!r}")
         out[key.strip()] = coerce_value(value.strip())
+    for key, value in out.items():
+        problem = json_problem(value)
+        if problem is not None:
+            raise UserError(f"--extra-inputs {key}: {problem}")
     return out
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot travel in a request body as the same JSON number it was given
+    (NaN and infinities are no JSON; integers beyond 64 bits no server reads), or None."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int):
+        return None if INT64[0] <= value <= INT64[1] else f"{value:.3g} is beyond the 64-bit " \
+                                                          "integer range"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value} is not a finite number"
+    if isinstance(value, dict):
+        return next((p for v in value.values() if (p := json_problem(v)) is not None), None)
+    if isinstance(value, list):
+        return next((p for v in value if (p := json_problem(v)) is not None), None)
+    return f"{type(value).__name__} is not a JSON value"
 
 
 def parse_headers(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -61,3 +86,19 @@ def parse_headers(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
             raise UserError(f"--header expects KEY:VALUE, got {pair!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def check_labels(labels: tuple[str, ...]) -> None:
+    """Run labels (``ab``/``compare --labels``) go into Markdown, JSON and HTML: printable text
+    of valid UTF-8, one line, at most 80 characters."""
+    from .base import SpecError
+
+    for label in labels:
+        try:
+            label.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SpecError("labels", f"{label.encode('utf-8', 'surrogateescape')!r} is not "
+                                      "valid UTF-8") from None
+        if not label.strip() or not label.isprintable() or len(label) > 80:
+            raise SpecError("labels", f"{label[:40]!r} must be one line of 1 to 80 printable "
+                                      "characters")

@@ -5,6 +5,7 @@ export_problem``), and the free-form flags (``--sim-param``, ``--extra-inputs``,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -73,3 +74,96 @@ def test_compare_refuses_an_export_of_the_wrong_shape(tmp_path, two_runs, key, v
     res = run("compare", bad, two_runs / "rb", "--output-dir", "out", cwd=tmp_path)
     assert res.returncode == 2 and needle in one_error_line(res.stderr)  # was: a traceback
     assert not (tmp_path / "out").exists() or listing(tmp_path / "out") == []
+
+
+SWEEP = ["sweep", "--virtual", "--concurrency", 1, "--repeats", 1, "--request-count", 3, "-q",
+         "--output-dir", "sw"]
+
+
+@pytest.mark.parametrize("param,needle", [
+    ("max_running=nan", "max_running must be an integer"),  # was: a traceback (stalled)
+    ("default_image_size=../../../ESCAPE", "default_image_size must be two positive integers"),
+    ("step_base_ms=inf", "step_base_ms must be a number (finite)"),
+    ("token_budget=many", "token_budget must be an integer"),
+    ("key_mode=../bytes", "key_mode must be one of"),
+])
+def test_sim_param_values_are_checked_before_any_run(tmp_path, small_dataset, param, needle):
+    res = run(*SWEEP, "--input-file", small_dataset, "--sim-param", param, cwd=tmp_path)
+    assert res.returncode == 2 and needle in one_error_line(res.stderr)
+    assert listing(tmp_path) == []  # was: ESCAPE.yaml and a run folder outside --output-dir
+
+
+def test_sim_param_folders_stay_inside_the_sweep(tmp_path, small_dataset):
+    res = run(*SWEEP, "--input-file", small_dataset, "--sim-param",
+              "default_image_size=320x240,64x64", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert {p.split("/")[0] for p in listing(tmp_path)} == {"sw"}
+    assert (tmp_path / "sw" / "profiles" / "concurrency-1_default_image_size-64x64.yaml").is_file()
+
+
+def test_point_names_are_one_path_component():
+    from mmdatagen.loadgen.sweep import point_name
+
+    names = {point_name({"cache": v}) for v in ("../x", "..", "a/b", "a_b", "a b")}
+    assert len(names) == 5 and not any("/" in n or n in (".", "..") for n in names)
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--extra-inputs", "max_tokens:99999999999999999999999", "beyond the 64-bit integer range"),
+    ("--extra-inputs", "max_tokens:NaN", "nan is not a finite number"),
+    ("--extra-inputs", '{"a": [1, 1e999]}', "not valid JSON"),
+    ("--extra-inputs", "temperature:inf", "inf is not a finite number"),
+    ("--goodput", "ttft:inf", "positive finite number"),
+    ("--request-rate", "1e-300", "--request-rate must be >= 0.001"),  # was: a hang
+    ("--ramp-to", "1e-300", "--ramp-to must be >= 0.001"),
+])
+def test_free_form_flags_refuse_what_json_or_time_cannot_hold(tmp_path, small_dataset, flag,
+                                                              value, needle):
+    extra = ["--request-rate", 5] if flag == "--ramp-to" else []
+    res = run("bench", "--input-file", small_dataset, "--request-count", 2, "-q", "--output-dir",
+              "out", flag, value, *extra, cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and needle in one_error_line(res.stderr)
+    assert listing(tmp_path) == []
+
+
+def test_sweep_grid_rates_have_the_same_floor(tmp_path, small_dataset):
+    res = run("sweep", "--input-file", small_dataset, "--virtual", "--request-rate", "1e-300,5",
+              "-q", "--output-dir", "sw", cwd=tmp_path)
+    assert res.returncode == 2 and "--request-rate values must be in" in one_error_line(res.stderr)
+
+
+BAD = os.fsdecode(b"b\xff")
+
+
+@pytest.mark.parametrize("command", ["bench", "ab", "sweep", "simulate"])
+def test_a_non_utf8_output_dir(tmp_path, small_dataset, command):
+    data = [small_dataset] if command == "simulate" else ["--input-file", small_dataset]
+    res = run(command, *data, "--request-count", 2, "-q", "--output-dir", BAD, cwd=tmp_path)
+    assert res.returncode == 2 and "not valid UTF-8" in one_error_line(res.stderr)
+    assert listing(tmp_path) == []  # was: a traceback and a stray folder
+
+
+@pytest.mark.parametrize("labels,needle", [
+    ((os.fsdecode(b"\xff\xfebad"), "ok"), "not valid UTF-8"),
+    (("two\nlines", "ok"), "one line"),
+    (("", "ok"), "one line"),
+])
+def test_labels_are_one_printable_line(tmp_path, two_runs, labels, needle):
+    res = run("compare", two_runs / "ra", two_runs / "rb", "--labels", *labels, "--output-dir",
+              "out", cwd=tmp_path)
+    assert res.returncode == 2 and needle in one_error_line(res.stderr)
+    assert listing(tmp_path) == []
+
+
+def test_a_pipe_in_a_label_stays_in_its_cell(tmp_path, two_runs):
+    res = run("compare", two_runs / "ra", two_runs / "rb", "--labels", "a|b", "B", "--output-dir",
+              "out", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    head = (tmp_path / "out" / "comparison.md").read_text().splitlines()[0]
+    assert head == "| Metric | a\\|b | B | Delta |"
+
+
+@pytest.mark.parametrize("value", [",", " ", ",,"])
+def test_an_empty_list_is_not_a_list(tmp_path, small_dataset, value):
+    res = run("analyze", small_dataset, "--cache-gb", value, cwd=tmp_path)
+    assert res.returncode == 2 and "takes numbers" in one_error_line(res.stderr)  # was: rc 0
