@@ -110,6 +110,21 @@ class VideoStyle:
             raise SpecError("video_frames", f"must be at least 1, got {frames}")
         if frames > MAX_FRAMES:
             raise UserError(f"{frames} frames per video is more than {MAX_FRAMES}")
+        self._validate_servable(frames)
+
+    def _validate_servable(self, frames: int) -> None:
+        """A clip every video model the engines serve can take: vLLM's Qwen2/2.5-VL and Qwen3-VL
+        loaders and processors (``media_tokens``) refuse, e.g., a one-frame video, so the
+        generator refuses to write a dataset no run could use."""
+        from ..media_tokens import QWEN3_VL, QWEN25_VL, video_cost
+
+        for geom in (QWEN3_VL, QWEN25_VL):
+            try:
+                video_cost(geom, frames, self.fps, 640, 360)
+            except ValueError as exc:
+                field = "video_duration" if self.duration is not None else "video_frames"
+                raise SpecError(field, f"makes {frames}-frame videos, which vLLM refuses "
+                                       f"({exc})") from None
 
 
 def _available_encoders() -> frozenset[str]:

@@ -7,6 +7,7 @@ import numpy as np
 
 from .. import rng
 from ..errors import UserError
+from ..media_tokens import MAX_ASPECT_RATIO
 
 MAX_SIDE = 16384
 MAX_PIXELS = 64 * 1024 * 1024
@@ -29,6 +30,9 @@ def parse_sizes(spec: str | list) -> list[tuple[int, int, float]]:
         if not (1 <= w <= MAX_SIDE and 1 <= h <= MAX_SIDE) or w * h > MAX_PIXELS:
             raise UserError(f"image size {w}x{h} is out of range (sides 1..{MAX_SIDE}, "
                             f"at most {MAX_PIXELS} pixels)")
+        if max(w, h) / min(w, h) > MAX_ASPECT_RATIO:  # the Qwen-VL processors refuse it in vLLM
+            raise UserError(f"size {w}x{h}: the aspect ratio is above {MAX_ASPECT_RATIO}, which "
+                            "vLLM's image and video processors refuse")
         if not 0 < weight < float("inf"):
             raise UserError(f"image size weight must be a positive finite number in {item!r}")
         out.append((w, h, weight))
