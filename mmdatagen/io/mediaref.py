@@ -77,6 +77,9 @@ def video_info(data: bytes) -> VideoInfo:
         raise DatasetError(f"cannot read the video: {type(exc).__name__}") from None
 
 
+AUDIO_FORMATS = ("wav", "mp3")  # input_audio formats (OpenAI's; what audio_info reads)
+
+
 def audio_info(data: bytes, fmt: str) -> AudioInfo:
     """Samples, rate and channels of a WAV (header) or MP3 (decoded frame counts) clip."""
     if fmt == "wav":
@@ -165,7 +168,9 @@ class MediaResolver:
     def _video_ref(self, part: Mapping[str, Any]) -> tuple[str, str | None]:
         """The part's URL and uuid, checked (and that the model can take videos at all)."""
         vu = part.get("video_url")
-        url = vu.get("url") if isinstance(vu, dict) else vu
+        if not isinstance(vu, dict):  # as image_url: vLLM's schema takes an object only
+            raise self.error(400, "'video_url' must be an object {\"url\": ...}")
+        url = vu.get("url")
         uuid = part.get("uuid")
         if not isinstance(url, str) or not url or (uuid is not None and not isinstance(uuid, str)):
             raise self.error(400, "video_url parts need a non-empty string 'url'")
@@ -211,6 +216,9 @@ class MediaResolver:
                 or not isinstance(ia.get("format"), str):
             raise self.error(400, "input_audio parts need string 'data' and 'format'")
         fmt, text = ia["format"].lower(), ia["data"]
+        if fmt not in AUDIO_FORMATS:  # checked first: a clip seen before must not skip it
+            raise self.error(400, f"invalid audio: unsupported audio format {fmt[:20]!r} "
+                                  f"({' or '.join(AUDIO_FORMATS)})")
         uuid = part.get("uuid")
         seen = self._strings.get(_digest(fmt + "," + text))
         if seen is not None:

@@ -72,6 +72,8 @@ def classify_aiohttp(exc: BaseException, timeout_s: float) -> ErrorDetails:
         return error(ErrorKind.RESET, f"connection closed ({exc.__class__.__name__})")
     if isinstance(exc, aiohttp.ClientConnectorError):
         return error(ErrorKind.CONNECT, f"cannot connect: {exc}")
+    if isinstance(exc, aiohttp.ClientOSError):  # connected, then the server went away
+        return error(ErrorKind.RESET, f"connection closed before any response ({exc})")
     if isinstance(exc, (aiohttp.ClientResponseError, http_exceptions.HttpProcessingError)):
         # aiohttp's parser refused the status line, a header or the framing: not HTTP we can read
         message = getattr(exc, "message", "") or str(exc)

@@ -7,6 +7,7 @@ import gzip
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import pytest
 
@@ -125,3 +126,78 @@ def test_truncated_or_corrupt_gz_is_named_with_its_line(broken_gz, small_dataset
     bench = run("bench", "--input-file", name, "--profile", "zero-delay", "--request-count", 500,
                 "-q", "--output-dir", "out", cwd=broken_gz)
     assert bench.returncode == 2 and f"{name}:" in one_error_line(bench.stderr)
+
+
+BODY = b'{"choices":[{"message":{"content":"hi"}}]}'
+SSE = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+
+
+def _ok(head: bytes = b"", body: bytes = BODY, kind: bytes = b"application/json") -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nContent-Length: %d\r\n" % len(body)
+            + head + b"\r\n" + body)
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+# HTTP/1.1 as both clients read it: None is a good response, else the failure's kind
+PROTOCOL = {
+    "100 Continue first": (b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(), None),  # raw: Timeout
+    "103 then 100 first": (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                           b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(), None),
+    "gzip SSE": (_ok(b"Content-Encoding: gzip\r\n", gzip.compress(SSE), b"text/event-stream"),
+                 None),  # raw: EmptyResponse
+    "gzip chunked SSE": (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-"
+                         b"Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + _chunk(gzip.compress(SSE)) + b"0\r\n\r\n", None),
+    "deflate JSON": (_ok(b"Content-Encoding: deflate\r\n", zlib.compress(BODY)),
+                     None),
+    "bare LF lines": (b"HTTP/1.1 200 OK\nContent-Length: %d\n\n" % len(BODY) + BODY, None),
+    "obsolete folding": (_ok(b"X-A: a\r\n b\r\n"), None),
+    "random bytes": (bytes(range(256)) * 20, ErrorKind.MALFORMED),  # raw: ConnectionReset
+    "conflicting Content-Length": (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: 5\r\n" + _ok()[17:], ErrorKind.MALFORMED),
+    "Content-Length list": (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
+                            ErrorKind.MALFORMED),
+    "chunked and Content-Length": (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: "
+                                   b"chunked\r\n\r\n" + _chunk(BODY) + b"0\r\n\r\n",
+                                   ErrorKind.MALFORMED),
+    "chunk without CRLF": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           + _chunk(BODY)[:-2] + b"XX0\r\n\r\n", ErrorKind.MALFORMED),
+    "header without colon": (_ok(b"garbage\r\n"), ErrorKind.MALFORMED),
+    "control byte in a header": (_ok(b"X: a\x00b\r\n"), ErrorKind.MALFORMED),
+    "two-digit status": (b"HTTP/1.1 20 OK\r\nContent-Length: 0\r\n\r\n", ErrorKind.MALFORMED),
+    "unknown encoding": (_ok(b"Content-Encoding: br\r\n", b"xx"), ErrorKind.MALFORMED),
+    "corrupt gzip": (_ok(b"Content-Encoding: gzip\r\n", b"not gzip"), ErrorKind.MALFORMED),
+    "101 unasked": (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n", ErrorKind.HTTP),
+}
+
+
+async def _ask(kind: str, url: str, n: int = 1) -> list[str | None]:
+    client, _ = make_client(kind, url, timeout_s=10, headers={})
+    try:
+        out = []
+        for _ in range(n):
+            res = await client.request("/v1/chat/completions", b"{}", "", streaming=False)
+            out.append(res.error["type"] if res.error else None)
+        return out
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("name", list(PROTOCOL))
+def test_both_clients_read_http_1_1_alike(name):
+    reply, want = PROTOCOL[name]
+    with hostile_server(canned(reply)) as url:
+        kinds = {kind: asyncio.run(_ask(kind, url))[0] for kind in CLIENTS}
+    expect = None if want is None else want.value
+    assert kinds == {"raw": expect, "aiohttp": expect}
+
+
+def test_a_server_closing_every_kept_alive_connection():
+    """No ``Connection: close``, yet each connection ends after one response: both clients
+    retry once on a fresh connection (was: aiohttp failed 2 of 5 with ConnectionError)."""
+    with hostile_server(canned(_ok())) as url:
+        kinds = {kind: asyncio.run(_ask(kind, url, 5)) for kind in CLIENTS}
+    assert kinds == {"raw": [None] * 5, "aiohttp": [None] * 5}

@@ -111,3 +111,40 @@ def test_ab_checks_run_b_before_running_a(tmp_path, small_dataset, bad):
     line = one_error_line(res.stderr)
     assert res.returncode == 2 and ("run B" in line or "--b-" in line)
     assert listing(tmp_path) == []  # run A never started
+
+
+@pytest.fixture(scope="module")
+def clip_urls(tmp_path_factory):
+    """A valid video data URL and WAV data, from the generator."""
+    folder = tmp_path_factory.mktemp("clips")
+    res = run("pool", "-n", 1, "--pool-size", 1, "--images-per-request", 0,
+              "--videos-per-request", 1, "--audios-per-request", 1, "--video-frames", 4,
+              "--video-size", "64x48", "--audio-duration", 0.5, "--delivery", "data-url",
+              "--tokenizer", "words", "-q", "-o", "c.jsonl", cwd=folder)
+    assert res.returncode == 0, res.stderr
+    row = json.loads((folder / "c.jsonl").read_text().splitlines()[0])
+    return row["videos"][0], row["audios"][0].split(",", 1)[1]
+
+
+def _media(part: dict) -> dict:
+    return {"max_tokens": 2, "messages": [{"role": "user", "content": [part]}]}
+
+
+def test_video_url_must_be_an_object_as_image_url_is(server, clip_urls):
+    _, url, model = server
+    video, _ = clip_urls
+    ok = {"type": "video_url", "video_url": {"url": video}}
+    assert _post(url, {"model": model, **_media(ok)})[0] == 200
+    status, body = _post(url, {"model": model, **_media({"type": "video_url", "video_url": video})})
+    assert status == 400 and "'video_url' must be an object" in body["error"]["message"]  # was 200
+
+
+@pytest.mark.parametrize("fmt", ["flac", "FLAC", "ogg"])
+def test_an_audio_format_is_checked_even_for_a_clip_seen_before(server, clip_urls, fmt):
+    _, url, model = server
+    _, wav = clip_urls
+    part = {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}}
+    assert _post(url, {"model": model, **_media(part)})[0] == 200
+    part["input_audio"]["format"] = fmt
+    status, body = _post(url, {"model": model, **_media(part)})
+    assert status == 400 and "unsupported audio format" in body["error"]["message"]  # was 200
