@@ -59,6 +59,9 @@ zmq.proxy(xsub, xpub)
 """
 BROKER_READY = re.compile(r"^broker: xsub tcp://127\.0\.0\.1:\d+ ", re.M)
 IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+# hosts the logs name as endpoints: tcp:// and http:// URLs, host=/addr=/address=/ip= fields
+ENDPOINT_HOST = re.compile(r"(?:\b(?:tcp|http)://|\b(?:host|addr|address|ip)=\"?)"
+                           r"(\[[^\]]*\]|[^\s:/\"',)]+)")
 # the one address a log may print
 NOT_ENDPOINTS = {"127.0.0.1"}
 
@@ -221,10 +224,13 @@ class DynamoStack:
         return budget
 
     def foreign_addresses(self) -> dict[str, list[str]]:
-        """IPv4 addresses other than 127.0.0.1 in each log (a wildcard bind included)."""
+        """Addresses other than 127.0.0.1 in each log: any IPv4 address (a wildcard bind
+        included) and any other host an endpoint URL or a host/address field names."""
         out = {}
         for log in (self.broker, self.worker, self.frontend):
-            seen = sorted(set(IPV4.findall(log.log_text())) - NOT_ENDPOINTS)
+            text = log.log_text()
+            seen = sorted((set(IPV4.findall(text)) | set(ENDPOINT_HOST.findall(text)))
+                          - NOT_ENDPOINTS)
             if seen:
                 out[log.log_path.name] = seen
         return out
