@@ -91,7 +91,7 @@ def parse_headers(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
 def check_labels(labels: tuple[str, ...]) -> None:
     """Run labels (``ab``/``compare --labels``) go into Markdown, JSON and HTML: printable text
     of valid UTF-8, one line, at most 80 characters."""
-    from .base import SpecError
+    from ..errors import SpecError
 
     for label in labels:
         try:
