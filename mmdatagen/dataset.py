@@ -29,7 +29,7 @@ def default_name(workload: Workload, content: Content) -> str:
 def manifest_params(workload: Workload, content: Content, output: Output,
                     media_used: dict[str, Any]) -> dict[str, Any]:
     """Everything that fixes the bytes, nothing about where this copy lives or how it was run."""
-    fmt = "single_turn" if isinstance(workload, PoolWorkload) else workload.format
+    fmt = "single_turn" if isinstance(workload, PoolWorkload) else workload.dataset_type
     return {**workload.plan_args(), **asdict(content), "seed": output.seed, **media_used,
             "format": fmt}
 
@@ -53,7 +53,7 @@ def make_dataset(workload: Workload, content: Content, output: Output,
     media = media or Media()
     plan = make_plan(workload, content, media, output.seed)
     styles, media_used = media.styles(plan.media)
-    fmt = "single_turn" if isinstance(workload, PoolWorkload) else workload.format
+    fmt = "single_turn" if isinstance(workload, PoolWorkload) else workload.dataset_type
     c = content
     style = ImageStyle(content=c.image_content, fmt=c.image_format, quality=c.jpeg_quality,
                        png_compress_level=c.png_compress_level, target_bytes=c.target_bytes,

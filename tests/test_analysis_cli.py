@@ -150,7 +150,7 @@ BAD = [
     (["analyze", "--config", "no-such-preset"], "cannot find config"),
     (["analyze"], "DATASET or --workload"),
     (["analyze", "missing.jsonl"], "not found"),
-    (["analyze", "--workload", "pool", "--cache-gb", "a:b"], "--cache-gb"),
+    (["analyze", "--workload", "pool", "--cache-gb", "a:b"], "--cache-size"),  # the alias names its flag
     (["analyze", "--workload", "pool", "--cache-gb", "-1"], "negative"),
     (["analyze", "--workload", "pool", "--cache-gb", "5:1"], "empty"),
     (["analyze", "--workload", "pool", "--cache-images", "1.5"], "--cache-images"),

@@ -139,13 +139,13 @@ def test_simulate_cache_sweep(run_cli, tmp_path):
     assert rates[2] == pytest.approx(100 * (160 - front) / (200 - front))
     assert "Hit rate %" in res.output
     bad = run_cli("simulate", data, "--sweep-cache-gb", "a,b")
-    assert bad.exit_code == 2 and "--sweep-cache-gb" in bad.output
+    assert bad.exit_code == 2 and "--cache-size has a bad value 'a'" in bad.output
 
 
 def test_simulator_spec_round_trips_as_json_and_refuses_bad_values(tmp_path):
     from mmdatagen.spec.sim import Simulator
 
-    spec = Simulator().with_values({"profile": "zero-delay", "embedding_cache_gb": 2.5,
+    spec = Simulator().with_values({"profile": "zero-delay", "cache_size": 2.5,
                                     "served_model_name": ("a", "b"), "model_path": tmp_path,
                                     "fault_seed": 7, "port": 0})
     assert Simulator.from_json(spec.to_json()) == spec
@@ -160,10 +160,10 @@ def test_simulator_spec_round_trips_as_json_and_refuses_bad_values(tmp_path):
 def test_sim_args_override_only_the_flags_given():
     from mmdatagen.spec.sim import Simulator, parse_sim_args
 
-    base = Simulator().with_values({"embedding_cache_gb": 3.0, "time_scale": 2.0})
+    base = Simulator().with_values({"cache_size": 3.0, "time_scale": 2.0})
     got = parse_sim_args(["--max-running", "8", "--fault-error-rate=0.5"], base)
     assert (got.engine.max_running, got.faults.fault_error_rate) == (8, 0.5)
-    assert (got.cache.embedding_cache_gb, got.server.time_scale) == (3.0, 2.0)
+    assert (got.cache.cache_size, got.server.time_scale) == (3.0, 2.0)
     assert parse_sim_args([], base) is base
 
 
@@ -185,7 +185,7 @@ def test_embedded_server_runs_its_typed_spec():
     """Settings reach the child as a Simulator spec: the faults and the cache size given."""
     from mmdatagen.spec.sim import Simulator
 
-    spec = Simulator().with_values({"profile": "zero-delay", "embedding_cache_gb": 0.0,
+    spec = Simulator().with_values({"profile": "zero-delay", "cache_size": 0.0,
                                     "fault_error_rate": 1.0, "fault_error_status": 503})
     with EmbeddedServer(spec=spec) as srv:
         assert srv.url.startswith("http://127.0.0.1:")

@@ -1,4 +1,4 @@
-"""The sweep's spec layer: the grid's comma lists (spec.sweep.SweepGrid), the --sim-param axes
+"""The sweep's spec layer: the grid's lists (spec.sweep.SweepGrid, spec.values' one syntax), the --sim-param axes
 (loadgen.sweep) and the config built from the specs."""
 from __future__ import annotations
 
@@ -18,24 +18,26 @@ from mmdatagen.spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
 @given(st.lists(st.integers(1, 10**6), min_size=1, max_size=8, unique=True),
        st.lists(st.floats(0.001, 1e4, allow_nan=False), min_size=1, max_size=5, unique=True))
 def test_axes_keep_values_and_order(conc, gbs):
-    grid = SweepGrid(grid_concurrency=", ".join(map(str, conc)),
-                     grid_cache_gb=",".join(repr(g) for g in gbs))
+    grid = SweepGrid(concurrency=(", ".join(map(str, conc)),),
+                     cache_size=tuple(repr(g) for g in gbs))  # comma list, repeated flag
     assert grid.axes() == {"concurrency": conc, "cache_gb": gbs}
     assert list(grid.axes()) == ["concurrency", "cache_gb"]  # grid order, not argument order
 
 
 @pytest.mark.parametrize("field, text, flag_message", [
-    ("grid_concurrency", "1,x", "--concurrency takes comma-separated numbers, got '1,x'"),
-    ("grid_concurrency", "2.5", "--concurrency takes comma-separated numbers, got '2.5'"),
-    ("grid_concurrency", "0,4", "--concurrency values must be at least 1"),
-    ("grid_concurrency", "4,4", "--concurrency repeats a value: 4,4"),
-    ("grid_request_rate", " , ", "--request-rate needs at least one value"),
-    ("grid_request_rate", "0", "--request-rate values must be positive"),
-    ("grid_cache_gb", "1,-1", "--cache-gb values must not be negative"),
+    ("concurrency", "1,x", "--concurrency has a bad value 'x'; expected a number, a list "
+                           "1,2,4 or a range start:stop[:step]"),
+    ("concurrency", "2.5", "--concurrency has a bad value '2.5'; expected a number, a list "
+                           "1,2,4 or a range start:stop[:step]"),
+    ("concurrency", "0,4", "--concurrency must be >= 1 and <= 1,000,000, got 0"),
+    ("concurrency", "4,4", "--concurrency repeats a value: 4, 4"),
+    ("request_rate", " , ", "--request-rate takes numbers, got ' , '"),
+    ("request_rate", "0", "--request-rate must be >= 0.001 and <= 1,000,000, got 0"),
+    ("cache_size", "1,-1", "--cache-size must not be negative, got -1"),
 ])
 def test_bad_lists_name_the_field_then_the_flag(field, text, flag_message):
     with pytest.raises(SpecError) as exc:
-        build(SweepGrid, {field: text})
+        build(SweepGrid, {field: (text,)})
     assert exc.value.name == field
     assert str(for_cli(exc.value)) == flag_message
 
@@ -54,7 +56,7 @@ def test_config_from_specs(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": "hi"}\n')
     load = build(Load, {"input_file": data, "seed": 7, "quiet": False})
-    cfg = sweep_config(load, build(SweepGrid, {"grid_concurrency": "1,2",
+    cfg = sweep_config(load, build(SweepGrid, {"concurrency": ("1,2",),
                                                "grid_sim_params": ("max_running=4",)}),
                        build(SweepTarget, {"output_dir": tmp_path / "sw"}), 3,
                        goodput=("ttft:100",))

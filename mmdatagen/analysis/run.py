@@ -17,7 +17,7 @@ from ..spec.analyze import POOL_ONLY, SW_ONLY, AnalyzeRequest, PlanAxes, Workloa
 from ..spec.base import build, for_cli
 from ..spec.workload import PoolWorkload, SlidingWindowWorkload
 from ..vlm import VisionModel
-from .predict import GIB, Analysis, Semantics, analyze
+from .predict import Analysis, Semantics, analyze
 from .trace import Trace
 
 Result = tuple[dict, Analysis]
@@ -68,17 +68,13 @@ def run_request(req: AnalyzeRequest) -> list[Result]:
 
 def _run_of(req: AnalyzeRequest) -> Run:
     c = req.cache
-    sem = Semantics(oversize=c.oversize, insert=c.insert, in_flight=req.model.in_flight,
+    sem = Semantics(oversize=c.oversize, insert=c.register, in_flight=req.model.in_flight,
                     dispatch=c.dispatch, real_width=c.real_width, target=req.model.cache,
                     encoder_budget=req.model.encoder_budget)
     sem.check()
     target = sem.cache()
-    if c.capacity_gib and target.unit != "GiB":
-        raise UserError(f"--cache {target.name} counts {target.unit}: give its capacity with "
-                        "--cache-size")
-    caps = [int(round(g * GIB)) for g in numbers(c.capacity_gib, "capacity_gib")]
-    caps += [target.capacity(x) for x in numbers(c.capacity, "capacity")]
-    return Run(_model(req), sem, caps, numbers(c.capacity_entries, "capacity_entries"),
+    caps = [target.capacity(x) for x in numbers(c.cache_size, "cache_size")]
+    return Run(_model(req), sem, caps, numbers(c.cache_images, "cache_images"),
                _size(req.source.url_image_size), req.output.want_curve)
 
 
@@ -125,7 +121,7 @@ def dataset_trace(req: AnalyzeRequest) -> Trace:
     key = req.cache.key or get_target(req.model.cache).key
     bar = _progress(dataset_size(path), req.output.quiet)
     try:
-        return trace_from_dataset(path, key, req.source.input_format,
+        return trace_from_dataset(path, key, req.source.dataset_type,
                                   bar.update if bar else None)
     finally:
         if bar is not None:

@@ -28,7 +28,7 @@ def bench(**v: Any) -> None:
 
     load, target = make(Load, v), make(BenchTarget, v)
     cache = make(BenchCache, v)
-    cfg = bench_config(load, url=target.url, cache_gb=cache.cache_gb,
+    cfg = bench_config(load, url=target.url, cache_gb=cache.cache_size,
                        output_dir=target.output_dir, goodput=v["goodput"], cache=cache.cache,
                        geometry=make(Geometry, v), encoder_budget=cache.encoder_budget,
                        metrics_url=target.metrics_url, shard=make(LoadShard, v))

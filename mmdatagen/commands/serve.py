@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..spec.cache import Geometry, SimCache, SweepCache
+from ..spec.cache import Geometry, SimCache, SweepCache, simulate_caches
 from ..spec.cli import make, options
 from ..spec.sim import Engine, Faults, Server, Simulator, VirtualRun
 
@@ -27,7 +27,8 @@ def serve(**v: Any) -> None:
 
 @click.command()
 @click.argument("dataset", type=click.Path(path_type=Path))
-@options(Engine, SimCache, Geometry, VirtualRun, SweepCache)
+@options(Engine, SimCache, skip=("cache_size",))
+@options(SweepCache, Geometry, VirtualRun)
 def simulate(dataset: Path, **v: Any) -> None:
     """Predict a benchmark's metrics in virtual time (no HTTP, no sleeping): same metrics and
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
@@ -62,5 +63,5 @@ def _simulate(dataset: Path, run: VirtualRun, v: dict[str, Any]) -> Any:
             out = Path(run.output_dir)
             stack.enter_context(output_lock(out))
             check_not_input([out / EXPORT_NAME, out / RECORDS_NAME, out / "sweep.json"])
-        return simulate_dataset(dataset, make(Engine, v), make(SimCache, v), make(SweepCache, v),
-                                run, make(Geometry, v))
+        cache, sweep = simulate_caches(v)  # one --cache-size, or several to sweep
+        return simulate_dataset(dataset, make(Engine, v), cache, sweep, run, make(Geometry, v))

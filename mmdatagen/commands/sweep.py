@@ -75,7 +75,7 @@ def sweep(**v: Any) -> None:
     each point --repeats times; print and write mean ± 95 % CI per point (resumable)."""
     from ..loadgen.sweep import run_sweep, sweep_config, sweep_table
 
-    load = make(Load, v)
+    load = make(Load, {k: x for k, x in v.items() if k not in LOAD_SKIP})  # grid: lists
     cfg = sweep_config(load, make(SweepGrid, v), make(SweepTarget, v), make(Repeats, v).repeats,
                        goodput=v["goodput"], report=not v["no_report"], png=v["png"])
     result = run_sweep(cfg)

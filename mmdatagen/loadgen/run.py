@@ -571,7 +571,7 @@ def simulator_spec(cfg: BenchConfig):  # -> spec.sim.Simulator
     starts: a bad one is one error line)."""
     from ..spec.sim import Simulator, parse_sim_args
 
-    values: dict[str, Any] = {"profile": cfg.profile, "embedding_cache_gb": cfg.cache_gb,
+    values: dict[str, Any] = {"profile": cfg.profile, "cache_size": cfg.cache_gb,
                               "time_scale": cfg.time_scale, "model_path": cfg.model_path}
     if cfg.cache_explicit:
         values["cache"] = cfg.cache

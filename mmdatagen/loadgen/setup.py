@@ -68,8 +68,8 @@ def ab_configs(load: Load, runs: AbRuns, cache: AbCache, goodput: tuple[str, ...
         load = replace(load, concurrency=AB_CONCURRENCY)
     out = []
     for tag, gb, prof, extra, label in (
-            ("a", cache.a_cache_gb, runs.a_profile, runs.a_sim_arg, runs.labels[0]),
-            ("b", cache.b_cache_gb, runs.b_profile, runs.b_sim_arg, runs.labels[1])):
+            ("a", cache.a_cache_size, runs.a_profile, runs.a_sim_arg, runs.labels[0]),
+            ("b", cache.b_cache_size, runs.b_profile, runs.b_sim_arg, runs.labels[1])):
         try:
             cfg = bench_config(load, url=None, cache_gb=gb,
                                output_dir=Path(runs.output_dir) / tag, profile=prof,

@@ -38,6 +38,7 @@ from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
 from ..spec.load import Load
 from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
+from ..spec.values import list_items
 from .run import BenchConfig, failed_run
 from .stats import summarize
 
@@ -99,7 +100,7 @@ def parse_sim_params(specs: Sequence[str]) -> dict[str, list[GridValue]]:
         if not sep or name not in known:
             raise SpecError("grid_sim_params", f"takes FIELD=V1,V2 with FIELD a profile field "
                             f"({', '.join(sorted(known))}); got {text!r}")
-        parsed = [_grid_value(v.strip()) for v in vals.split(",") if v.strip()]
+        parsed = [_grid_value(v) for v in list_items(vals)]
         if not parsed:
             raise SpecError("grid_sim_params", f"{name} needs at least one value")
         out[name] = parsed

@@ -47,7 +47,7 @@ class EmbeddedServer:
         the target's default) and ``time_scale`` over ``serve``'s defaults. It always listens
         on a free loopback port."""
         if spec is None:
-            spec = Simulator().with_values({"profile": profile, "embedding_cache_gb": cache_gb,
+            spec = Simulator().with_values({"profile": profile, "cache_size": cache_gb,
                                             "time_scale": time_scale})
         self.spec = spec.with_values({"host": "127.0.0.1", "port": 0, "ready_file": None})
         self.startup_timeout, self.grace = startup_timeout, grace

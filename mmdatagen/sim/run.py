@@ -132,7 +132,7 @@ def serve_spec(settings: Simulator) -> None:
 
     server, cache = settings.server, settings.cache
     prof = load_engine_profile(settings.engine, cache)
-    sim = SimServer(prof, cache.embedding_cache_gb, server.time_scale,
+    sim = SimServer(prof, cache.cache_size, server.time_scale,
                     FaultConfig.from_spec(settings.faults).validate(), server.api_key,
                     tuple(server.served_model_name), model=engine_model(prof, settings.geometry))
     run(sim, server.host, server.port, server.ready_file)

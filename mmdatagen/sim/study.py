@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError, UserError
+from ..errors import UserError
 from ..spec.cache import Geometry, SimCache, SweepCache
 from ..spec.sim import Engine, VirtualRun
 from .profile import Profile
@@ -18,7 +18,7 @@ def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
     from .profile import load_profile
 
     return load_profile(engine.profile).for_cache(cache.cache).with_overrides(
-        key_mode=cache.key_mode, register=cache.register, max_running=engine.max_running,
+        key_mode=cache.key, register=cache.register, max_running=engine.max_running,
         token_budget=engine.token_budget, encoder_budget=cache.encoder_budget)
 
 
@@ -57,19 +57,6 @@ def _opt_int(extra: dict, key: str) -> int | None:
     return v
 
 
-def sweep_sizes(text: str) -> list[float]:
-    """``0,0.5,10`` -> sizes in GiB (finite, >= 0)."""
-    import math
-
-    try:
-        sizes = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError("sweep_cache_gb", f"expects numbers like 0,0.5,10, got {text!r}") from None
-    if not sizes or any(not math.isfinite(x) or x < 0 for x in sizes):
-        raise SpecError("sweep_cache_gb", "needs one or more finite sizes >= 0")
-    return sizes
-
-
 @dataclass
 class Study:
     """One virtual run's export (and what the console shows), or a sweep's rows."""
@@ -95,9 +82,9 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
               request_rate=run.request_rate, arrival=run.arrival, seed=run.seed,
               burstiness=run.burstiness, ramp_to=run.ramp_to,
               model=engine_model(prof, geometry))
-    if sweep.sweep_cache_gb is not None:
-        return Study(sweep=_sweep(Path(dataset), prof, sweep_sizes(sweep.sweep_cache_gb),
-                                  run, kw), profile=prof.name)
+    if sweep.cache_size:
+        return Study(sweep=_sweep(Path(dataset), prof, sweep.sizes(), run, kw),
+                     profile=prof.name)
     return _one(Path(dataset), prof, cache, run, extra, concurrency, kw)
 
 
@@ -107,8 +94,7 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     from .virtual import run_simulation
 
     target = prof.cache_target()
-    capacity = target.default_capacity if cache.embedding_cache_gb is None \
-        else cache.embedding_cache_gb
+    capacity = target.default_capacity if cache.cache_size is None else cache.cache_size
     res = run_simulation(dataset, prof, capacity, concurrency, run.request_count,
                          run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
                          run.arrival, run.seed, model=kw["model"], burstiness=run.burstiness,

@@ -1,24 +1,24 @@
 """``analyze``'s options: what to analyse (a dataset or workload plans, possibly a sweep), the
 cache and its semantics, the outputs. ``AnalyzeRequest`` is the whole request the library runs
-(``analysis.run``); lists and ranges (``1,4,10``, ``0:20:2``) are expanded by :func:`numbers`.
+(``analysis.run``); lists and ranges (``1,4,10``, ``0:20:2``) are expanded by :func:`numbers`
+(``spec.values``' one list syntax).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import SpecError
-from .base import build, option, spec
-from .cache import KEY_MODES, AnalyzeModel, Geometry
+from .base import build, expand, list_option, option, spec
+from .cache import KEY_MODES, SIZE_MAX, AnalyzeModel, Geometry
 from .common import quiet
 from .content import Media
-from .workload import REUSE_MODES, ROW_ORDERS
+from .values import LIST_HELP
+from .workload import DATASET_TYPES, REUSE_MODES, ROW_ORDERS
 
 Workload = Literal["pool", "sliding-window"]
-MAX_VALUES = 100_000
 POOL_ONLY = ("num_requests", "pool_size", "images_per_request", "zipf_exponent", "target_reuse",
              "video_pool_size", "audio_pool_size")
 SW_ONLY = ("users", "turns", "window", "stride", "shared_fraction")
@@ -27,11 +27,6 @@ PLAN_AXES = (*POOL_ONLY, *SW_ONLY, "videos_per_request", "audios_per_request", "
 #: The ``Media`` options that size a plan's videos and audio clips.
 MEDIA_SIZING = ("video_size", "video_frames", "video_duration", "video_fps", "audio_sample_rate",
                 "audio_duration")
-LIST_HELP = "; repeat, list (1,4,10) or range start:stop[:step] (inclusive)."
-
-
-def _list(flag: str, help: str, metavar: str = "LIST") -> Any:
-    return option((), flag, help, kind=str, multiple=True, metavar=metavar, show_default=False)
 
 
 @spec
@@ -44,22 +39,22 @@ class AnalyzeCache:
                         "(see mmdatagen/data/models.json).")
     real_width: bool = option(False, "--real-width", "Count the real stored width (DeepStack "
                               "x4 for Qwen3-VL), not Dynamo's accounting.", is_flag=True)
-    capacity_gib: tuple[str, ...] = _list(
-        "--cache-gb", "Capacity in GiB (2^30 B, as Dynamo's --multimodal-embedding-cache-"
-        "capacity-gb)" + LIST_HELP, "GIB")
-    capacity: tuple[str, ...] = _list(
-        "--cache-size", "Capacity in the --cache target's own unit (GiB, MiB for sglang-vlm, "
-        "tokens for vllm-encoder); same forms as --cache-gb.", "SIZE")
-    capacity_entries: tuple[str, ...] = _list(
-        "--cache-images", "Capacity in entries (an LRU counting items); same forms as "
-        "--cache-gb.", "N")
+    cache_size: tuple[str, ...] = list_option(
+        "--cache-size", "Capacity in the --cache target's own unit (GiB: 2^30 B, as Dynamo's "
+        "--multimodal-embedding-cache-capacity-gb; MiB for sglang-vlm; tokens for "
+        "vllm-encoder)" + LIST_HELP, float, "SIZE", max=SIZE_MAX, aliases=("--cache-gb",))
+    cache_images: tuple[str, ...] = list_option(
+        "--cache-images", "Capacity in entries (an LRU counting items, whatever their size); "
+        "same forms as --cache-size.", int, "N", max=10**9)
     key: str | None = option(None, "--key", "Item identity: encoded bytes, pixels (Dynamo "
                              "aggregated), reference string (Dynamo disaggregated), image_uuids "
-                             "else bytes (vLLM). Default: the target's.", choices=KEY_MODES)
-    insert: str | None = option(None, "--insert", "Entries present from scheduling (in-flight "
-                                "duplicates hit) or only after the request completes (in-flight "
-                                "duplicates miss). Default: the target's.",
-                                choices=("schedule", "completion"))
+                             "else bytes (vLLM). Default: the target's.", choices=KEY_MODES,
+                             aliases=("--key-mode",))
+    register: str | None = option(None, "--register", "When a missed item enters the cache: "
+                                  "at scheduling (in-flight duplicates hit) or only after the "
+                                  "request completes (in-flight duplicates miss). Default: the "
+                                  "target's.", choices=("schedule", "completion"),
+                                  aliases=("--insert",))
     dispatch: str = option("file", "--dispatch", "File order, or AIPerf's causal session replay "
                            "(a session's next row only after its previous completes).",
                            choices=("file", "sessions"))
@@ -75,8 +70,9 @@ class AnalyzeSource:
 
     url_image_size: str | None = option(None, "--url-image-size", "Dimensions to assume for "
                                         "http(s) URLs and uuid-only references.", metavar="WxH")
-    input_format: str = option("auto", "--format", "Dataset format.",
-                               choices=("auto", "single_turn", "multi_turn"))
+    dataset_type: str = option("auto", "--custom-dataset-type", "Dataset format; auto tells "
+                               "single_turn from multi_turn.", choices=("auto", *DATASET_TYPES),
+                               aliases=("--format",))
     no_manifest: bool = option(False, "--no-manifest", "Scan the JSONL even when a manifest is "
                                "present.", is_flag=True)
     workload: Workload | None = option(None, "--workload", "Analyse a workload plan instead of "
@@ -92,36 +88,37 @@ class AnalyzeSource:
 class PlanAxes:
     """``--workload`` plan parameters; several values (or a range) make a sweep."""
 
-    num_requests: tuple[str, ...] = _list("--num-requests", "pool: requests [1000].")
-    pool_size: tuple[str, ...] = _list("--pool-size", "pool: pool size [200].")
-    images_per_request: tuple[str, ...] = _list("--images-per-request",
-                                                "pool: images per request [1].")
+    num_requests: tuple[str, ...] = list_option("--num-requests", "pool: requests [1000].", item=int)
+    pool_size: tuple[str, ...] = list_option("--pool-size", "pool: pool size [200].", item=int)
+    images_per_request: tuple[str, ...] = list_option("--images-per-request",
+                                                "pool: images per request [1].", item=int)
     reuse: str | None = option(None, "--reuse", "pool: reuse pattern [first-pass-unique].",
                                choices=REUSE_MODES)
-    zipf_exponent: tuple[str, ...] = _list("--zipf-exponent", "pool: Zipf exponent [1.0].")
-    target_reuse: tuple[str, ...] = _list("--target-reuse",
-                                          "pool: best hit rate; derives the pool size.")
-    users: tuple[str, ...] = _list("--users", "sliding-window: users [30].")
-    turns: tuple[str, ...] = _list("--turns", "sliding-window: turns per user [8].")
-    window: tuple[str, ...] = _list("--window", "sliding-window: images per turn [5].")
-    stride: tuple[str, ...] = _list("--stride", "sliding-window: window shift per turn [1].")
-    shared_fraction: tuple[str, ...] = _list("--shared-fraction", "sliding-window: share of "
-                                             "window slots common to all users [0].")
+    zipf_exponent: tuple[str, ...] = list_option("--zipf-exponent", "pool: Zipf exponent [1.0].", item=float)
+    target_reuse: tuple[str, ...] = list_option("--target-reuse",
+                                          "pool: best hit rate; derives the pool size.", item=float)
+    users: tuple[str, ...] = list_option("--users", "sliding-window: users [30].", item=int)
+    turns: tuple[str, ...] = list_option("--turns", "sliding-window: turns per user [8].", item=int)
+    window: tuple[str, ...] = list_option("--window", "sliding-window: images per turn [5].", item=int)
+    stride: tuple[str, ...] = list_option("--stride", "sliding-window: window shift per turn [1].", item=int)
+    shared_fraction: tuple[str, ...] = list_option("--shared-fraction", "sliding-window: share of "
+                                             "window slots common to all users [0].", item=float)
     order: str | None = option(None, "--order", "sliding-window: row order [turn-major].",
                                choices=ROW_ORDERS)
-    videos_per_request: tuple[str, ...] = _list("--videos-per-request", "Videos per request "
+    videos_per_request: tuple[str, ...] = list_option("--videos-per-request", "Videos per request "
                                                 "(pool: own pool; sliding-window: own window) "
-                                                "[0].")
-    audios_per_request: tuple[str, ...] = _list("--audios-per-request", "Audio clips per "
-                                                "request [0].")
-    video_pool_size: tuple[str, ...] = _list("--video-pool-size", "pool: distinct videos "
-                                             "[--pool-size].")
-    audio_pool_size: tuple[str, ...] = _list("--audio-pool-size", "pool: distinct audio clips "
-                                             "[--pool-size].")
-    image_size: tuple[str, ...] = _list("--image-size", "Workload image size WxH or weighted "
-                                        "list [pool 640x480, sliding-window 2400x1080]; repeat "
-                                        "to sweep.", "WxH")
-    seed: tuple[str, ...] = _list("--seed", "Plan seed [0]; several to see spread.")
+                                                "[0].", item=int)
+    audios_per_request: tuple[str, ...] = list_option("--audios-per-request", "Audio clips per "
+                                                "request [0].", item=int)
+    video_pool_size: tuple[str, ...] = list_option("--video-pool-size", "pool: distinct videos "
+                                             "[--pool-size].", item=int)
+    audio_pool_size: tuple[str, ...] = list_option("--audio-pool-size", "pool: distinct audio clips "
+                                             "[--pool-size].", item=int)
+    image_size: tuple[str, ...] = option((), "--image-size", "Workload image size WxH or "
+                                         "weighted list [pool 640x480, sliding-window "
+                                         "2400x1080]; repeat to sweep.", kind=str,
+                                         multiple=True, metavar="WxH", show_default=False)
+    seed: tuple[str, ...] = list_option("--seed", "Plan seed [0]; several to see spread.", item=int)
 
     def given(self) -> list[str]:
         """The plan parameters given (by field name)."""
@@ -172,62 +169,13 @@ class AnalyzeRequest:
         m = self.model
         if (m.tokens_per_image is None) != (m.bytes_per_token is None):
             raise SpecError("tokens_per_image", "and --bytes-per-token go together")
-        for part in (self.cache, self.axes):
-            for name in KINDS:
-                if hasattr(part, name):
-                    numbers(getattr(part, name), name)  # every list parses, or one error
         given = self.axes.given() + [k for k in MEDIA_SIZING if getattr(self.media, k) is not None]
         if self.dataset is not None and given:
             raise SpecError(given[0], "applies to --workload, not to a dataset")
 
 
-#: The number kind of every list-valued option (plan axes and capacities).
-KINDS: dict[str, type] = {
-    "capacity_gib": float, "capacity": float, "capacity_entries": int, "num_requests": int,
-    "pool_size": int, "images_per_request": int, "zipf_exponent": float, "target_reuse": float,
-    "video_pool_size": int, "audio_pool_size": int, "users": int, "turns": int, "window": int,
-    "stride": int, "shared_fraction": float, "videos_per_request": int,
-    "audios_per_request": int, "seed": int}
-
-
 def numbers(values: tuple[str, ...], name: str) -> list:
-    """Expand field ``name``'s ``1 2.5 0:20:2 5,6`` (repeatable; ranges include their end) into
-    numbers of its kind (``KINDS``); a bad value is a ``SpecError`` naming the field."""
-    kind = KINDS[name]
-    out: list = []
-    for raw in values:
-        items = [s.strip() for s in str(raw).split(",") if s.strip()]
-        if not items:
-            raise SpecError(name, f"takes numbers, got {raw!r}")
-        for item in items:
-            out += _expand(item, kind, name)
-    if any(v < 0 for v in out):
-        raise SpecError(name, "must not be negative")
-    return out
-
-
-def _expand(item: str, kind: type, name: str) -> list:
-    try:
-        if ":" not in item:
-            vals = [kind(item)]
-        else:
-            vals = _range(item, [kind(p) for p in item.split(":")], kind, name)
-        if not all(math.isfinite(v) for v in vals):
-            raise ValueError
-        return vals
-    except (ValueError, OverflowError):
-        raise SpecError(name, f"has a bad value {item!r}; expected a number, a list 1,2,4 or a "
-                        "range start:stop[:step]") from None
-
-
-def _range(item: str, parts: list, kind: type, name: str) -> list:
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] <= 0):
-        raise ValueError
-    lo, hi = parts[0], parts[1]
-    step = parts[2] if len(parts) == 3 else 1
-    count = int((hi - lo) / step + 1e-9) + 1
-    if count < 1:
-        raise SpecError(name, f"range {item!r} is empty (start above stop)")
-    if count > MAX_VALUES:
-        raise SpecError(name, f"range {item!r} has more than {MAX_VALUES:,} values")
-    return [kind(round(lo + i * step, 9)) for i in range(count)]
+    """Field ``name``'s list (a capacity or plan parameter of ``analyze``) expanded: the one
+    list syntax of ``spec.values``, numbers of the field's kind, each in its bounds; a bad value
+    is a ``SpecError`` naming the field."""
+    return expand(PlanAxes if hasattr(PlanAxes, name) else AnalyzeCache, name, values)

@@ -56,12 +56,39 @@ class Opt:
     show_default: bool | str = True
     file_okay: bool = True
     dir_okay: bool = True
-    dest: str | None = None              # Click parameter name when it differs (legacy bodies)
+    item: Any = None                     # int | float: a list of numbers (spec.values syntax)
 
     def bound_text(self) -> str:
         lo = "" if self.min is None else (">" if self.min_open else ">=") + f" {_num(self.min)}"
         hi = "" if self.max is None else ("<" if self.max_open else "<=") + f" {_num(self.max)}"
         return " and ".join(p for p in (lo, hi) if p)
+
+
+def list_option(flag: str, help: str, item: type | None = None, metavar: str = "LIST",
+                **kw: Any) -> Any:
+    """A field taking several values in the one list syntax (``spec.values.list_items``: repeat
+    the flag and/or separate by commas). With ``item`` (int or float) the values are numbers
+    (ranges ``start:stop[:step]`` too), each checked against ``min``/``max`` (default: >= 0).
+    The field holds the strings as given; :func:`expand` expands them."""
+    if item is not None:
+        kw.setdefault("min", 0)
+    return option((), flag, help, kind=str, multiple=True, metavar=metavar, show_default=False,
+                  item=item, **kw)
+
+
+def expand(cls: type, name: str, values: tuple[str, ...]) -> list:
+    """The values of ``cls``'s list field ``name`` expanded and checked (numbers for a field
+    with an ``item`` kind); a bad one is a ``SpecError`` naming the field."""
+    f = next(f for f, _ in opts_of(cls) if f.name == name)
+    return _list_of(f, f.metadata["opt"], values)
+
+
+def _list_of(f: dataclasses.Field, opt: Opt, value: tuple) -> list:
+    from .values import list_items, numbers
+
+    if opt.item is None:
+        return list_items(value)
+    return [check_value(f.name, opt, opt.item, v) for v in numbers(value, f.name, opt.item)]
 
 
 def _num(x: float) -> str:
@@ -179,7 +206,10 @@ def check_field(f: dataclasses.Field, opt: Opt, value: Any) -> Any:
             return None
         if not isinstance(value, (tuple, list)):
             raise SpecError(f.name, f"must be a list, got {value!r}")
-        return tuple(check_value(f.name, opt, kind, v) for v in value)
+        checked = tuple(check_value(f.name, opt, kind, v) for v in value)
+        if opt.item is not None:
+            _list_of(f, opt, checked)  # every number parses and is in range, or one error
+        return checked
     return check_value(f.name, opt, kind, value)
 
 

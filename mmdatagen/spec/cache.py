@@ -1,24 +1,28 @@
 """Cache-target, capacity and model-geometry options.
 
 A cache target (``--cache``, the names of ``data/caches.json``) says which engine cache is sized;
-``--cache-size`` is its capacity in that cache's own unit (GiB, MiB or embedding tokens). The
-model geometry that sizes entries comes from the registry, a local Hugging Face folder
-(``--model-path``) or the geometry flags.
+``--cache-size`` (field ``cache_size`` on every command; ``--cache-gb`` is an older spelling) is
+its capacity in that cache's own unit (``CacheTarget.unit``: GiB, MiB or embedding tokens), a
+list where the command sweeps it (``analyze``, ``simulate``, ``sweep``). ``analyze``'s
+``--cache-images`` is the one capacity in another unit: entries, for an LRU counting items. The
+keying (``--key``) and the moment a missed item enters the cache (``--register``) have one flag
+each too. The model geometry that sizes entries comes from the registry, a local Hugging Face
+folder (``--model-path``) or the geometry flags.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from .base import option, spec
+from .base import build, expand, list_option, option, spec
 
 KeyMode = Literal["bytes", "pixels", "reference", "uuid"]
 Register = Literal["schedule", "encode", "completion"]
 
 KEY_MODES: tuple[str, ...] = ("bytes", "pixels", "reference", "uuid")
 REGISTER: tuple[str, ...] = ("schedule", "encode", "completion")
-GIB_MAX = 1e6
 SIZE_MAX = 1e12  # capacities in tokens get large
 TARGETS: tuple[str, ...] = ("dynamo-embedding", "dynamo-connector", "dynamo-encode",
                             "vllm-processor", "vllm-processor-shm", "vllm-encoder", "sglang-vlm")
@@ -32,6 +36,12 @@ FRONT_HELP = ("Two-tier Dynamo targets (dynamo-embedding, dynamo-connector): vLL
               "rule for the model.")
 ENCODER_BUDGET_MAX = 10**9
 SIZE_HELP = "Capacity in the target's own unit (GiB, MiB for sglang-vlm, tokens for vllm-encoder)"
+#: Older spellings of ``--cache-size`` (hidden; the value is in the target's unit all the same).
+SIZE_ALIASES = ("--cache-gb", "--embedding-cache-gb")
+KEY_HELP = ("Cache key: encoded bytes (vLLM), pixels (Dynamo aggregated), reference string "
+            "(Dynamo disaggregated), uuid.")
+REGISTER_HELP = "When a missed item enters the cache: at scheduling, after its encode step, or " \
+                "at request completion."
 
 
 @spec
@@ -76,19 +86,14 @@ class SimCache:
 
     cache: str | None = option(None, "--cache", CACHE_HELP + " Default: the profile's.",
                                choices=TARGETS)
-    embedding_cache_gb: float | None = option(None, "--cache-size", SIZE_HELP + "; 0 = off. "
-                                              "Default: the target's (10 GiB for Dynamo's, "
-                                              "vLLM's own defaults for vLLM's).", kind=float,
-                                              min=0, max=SIZE_MAX,
-                                              aliases=("--embedding-cache-gb",))
-    key_mode: KeyMode | None = option(None, "--key-mode", "Cache key: encoded bytes (vLLM), "
-                                      "pixels (Dynamo aggregated), reference string (Dynamo "
-                                      "disaggregated), uuid. Default: profile's.",
-                                      choices=KEY_MODES)
-    register: Register | None = option(None, "--register", "When a missed image enters the "
-                                       "cache: at scheduling, after its encode step, or at "
-                                       "request completion. Default: profile's.",
-                                       choices=REGISTER)
+    cache_size: float | None = option(None, "--cache-size", SIZE_HELP + "; 0 = off. Default: "
+                                      "the target's (10 GiB for Dynamo's, vLLM's own defaults "
+                                      "for vLLM's).", kind=float, min=0, max=SIZE_MAX,
+                                      aliases=SIZE_ALIASES)
+    key: KeyMode | None = option(None, "--key", KEY_HELP + " Default: profile's.",
+                                 choices=KEY_MODES, aliases=("--key-mode",))
+    register: Register | None = option(None, "--register", REGISTER_HELP + " Default: "
+                                       "profile's.", choices=REGISTER, aliases=("--insert",))
     encoder_budget: int | None = option(None, "--encoder-budget", FRONT_HELP + " Simulator "
                                         "default: the rule with the profile's token budget.",
                                         kind=int, min=1, max=ENCODER_BUDGET_MAX)
@@ -97,11 +102,27 @@ class SimCache:
 @spec
 @dataclass(frozen=True)
 class SweepCache:
-    """``simulate --sweep-cache-gb``: one virtual run per size."""
+    """``simulate --cache-size``: one size is the run's cache; several are one virtual run
+    each, printed as a table (and sweep.json in --output-dir) instead of one run's export."""
 
-    sweep_cache_gb: str | None = option(None, "--sweep-cache-gb", "Comma-separated cache sizes "
-                                        "in GiB: one virtual run each, printed as a table (and "
-                                        "sweep.json in --output-dir) instead of one run's export.")
+    cache_size: tuple[str, ...] = list_option(
+        "--cache-size", SIZE_HELP + "; 0 = off. Several sizes (a list 0,0.5,10 or a range "
+        "start:stop[:step]) are one virtual run each, printed as a table (and sweep.json in "
+        "--output-dir). Default: the target's.", float, "SIZE", max=SIZE_MAX,
+        aliases=(*SIZE_ALIASES, "--sweep-cache-gb"))
+
+    def sizes(self) -> list[float]:
+        return expand(SweepCache, "cache_size", self.cache_size)
+
+
+def simulate_caches(values: Mapping[str, Any]) -> tuple[SimCache, SweepCache]:
+    """``simulate``'s cache options: one ``--cache-size`` sizes the run's cache (the
+    :class:`SimCache` a ``serve`` would take), several sweep it (an empty :class:`SweepCache`
+    when there is nothing to sweep)."""
+    sweep = build(SweepCache, values)
+    sizes = sweep.sizes()
+    one = sizes[0] if len(sizes) == 1 else None
+    return build(SimCache, values, cache_size=one), sweep if len(sizes) > 1 else SweepCache()
 
 
 @spec
@@ -112,10 +133,10 @@ class BenchCache:
     cache: str | None = option(None, "--cache", CACHE_HELP + " The embedded simulator runs it "
                                "and the prediction sizes it. Default: dynamo-embedding.",
                                choices=TARGETS)
-    cache_gb: float | None = option(None, "--cache-size", SIZE_HELP + ": the embedded "
-                                    "simulator's, and the predicted hits'. Default: the "
-                                    "target's.", kind=float, min=0, max=SIZE_MAX,
-                                    aliases=("--cache-gb",))
+    cache_size: float | None = option(None, "--cache-size", SIZE_HELP + ": the embedded "
+                                      "simulator's, and the predicted hits'. Default: the "
+                                      "target's.", kind=float, min=0, max=SIZE_MAX,
+                                      aliases=SIZE_ALIASES)
     encoder_budget: int | None = option(None, "--encoder-budget", FRONT_HELP, kind=int, min=1,
                                         max=ENCODER_BUDGET_MAX)
 
@@ -125,8 +146,11 @@ class BenchCache:
 class AbCache:
     """``ab``: each run's cache."""
 
-    a_cache_gb: float = option(10.0, "--a-cache-gb", "Run A's cache.", min=0, max=GIB_MAX)
-    b_cache_gb: float = option(0.0, "--b-cache-gb", "Run B's cache.", min=0, max=GIB_MAX)
+    a_cache_size: float = option(10.0, "--a-cache-size", "Run A's cache size, in the profile's "
+                                 "cache target's unit (GiB for Dynamo's).", min=0, max=SIZE_MAX,
+                                 aliases=("--a-cache-gb",))
+    b_cache_size: float = option(0.0, "--b-cache-size", "Run B's cache size.", min=0,
+                                 max=SIZE_MAX, aliases=("--b-cache-gb",))
 
 
 @spec

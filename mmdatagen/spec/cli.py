@@ -168,6 +168,6 @@ def config_option(*classes: type, name: str = "config") -> Decorator:
             ctx.default_map = {**(ctx.default_map or {}), **defaults}
         return value
 
-    return click.option(f"--{name}", callback=load, is_eager=True, expose_value=False,
+    return click.option(f"--{name}", "preset", callback=load, is_eager=True, expose_value=False,
                         help="YAML preset (path or name of a shipped preset in configs/); "
                              "flags override it.")

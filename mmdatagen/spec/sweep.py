@@ -1,4 +1,4 @@
-"""``sweep`` specs: the grid (comma lists), the target, and how ``sweep`` shows the load options.
+"""``sweep`` specs: the grid (lists), the target, and how ``sweep`` shows the load options.
 
 The load itself is :class:`~mmdatagen.spec.load.Load` (the fields ``bench`` has), minus the ones
 a sweep does not take and with the swept ones replaced by the grid's comma lists. Whether a
@@ -6,14 +6,13 @@ a sweep does not take and with the swept ones replaced by the grid's comma lists
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from ..errors import SpecError
 from . import common
-from .base import option, spec
+from .base import expand, list_option, option, spec
+from .cache import SIZE_ALIASES, SIZE_MAX
+from .values import LIST_HELP
 
 #: Load fields a sweep does not take: the swept ones (the grid has them as lists) and the ones
 #: its runs leave at their defaults.
@@ -31,58 +30,38 @@ LOAD_HELP = {
 #: The embedded simulator's cache (GiB) where the grid does not sweep it.
 BASE_CACHE_GB = 10.0
 
-N = TypeVar("N", int, float)
-
 
 @spec
 @dataclass(frozen=True)
 class SweepGrid:
-    """The swept values: the cartesian product of every list given is the grid."""
+    """The swept values: the cartesian product of every list given is the grid. Lists take
+    ``spec.values``' one syntax (repeat the flag, comma-separate, or a range)."""
 
-    grid_concurrency: str | None = option(None, "--concurrency", "Comma list, e.g. 1,8,32,64.")
-    grid_request_rate: str | None = option(None, "--request-rate", "Comma list of requests/s "
-                                           "(concurrency caps).")
-    grid_cache_gb: str | None = option(None, "--cache-gb", "Comma list of simulator "
-                                       "embedding-cache GiB (default 10; simulator only).")
+    concurrency: tuple[str, ...] = list_option("--concurrency", "Sessions in flight, e.g. "
+                                               "1,8,32,64" + LIST_HELP, int, min=1,
+                                               max=1_000_000)
+    request_rate: tuple[str, ...] = list_option("--request-rate", "Requests/s (concurrency "
+                                                "caps)" + LIST_HELP, float, min=common.MIN_RATE,
+                                                max=1e6)
+    cache_size: tuple[str, ...] = list_option("--cache-size", "The embedded simulator's cache "
+                                              "size, in its target's unit (default 10; "
+                                              "simulator only)" + LIST_HELP, float, "SIZE",
+                                              max=SIZE_MAX, aliases=SIZE_ALIASES)
     grid_sim_params: tuple[str, ...] = option((), "--sim-param", "Sweep a simulator profile "
                                               "field, e.g. max_running=32,52; repeatable.",
                                               multiple=True, metavar="FIELD=V1,V2",
                                               show_default=False)
 
-    def check(self) -> None:
-        self.axes()
-
     def axes(self) -> dict[str, list[int] | list[float]]:
-        """The load axes given, in grid order: ``{"concurrency": [1, 8], ...}``."""
-        out: dict[str, list[int] | list[float]] = {}
-        if self.grid_concurrency:
-            out["concurrency"] = _numbers("grid_concurrency", self.grid_concurrency, int,
-                                          lambda v: 1 <= v <= 1_000_000,
-                                          "must be at least 1 (and at most 1000000)")
-        if self.grid_request_rate:
-            out["request_rate"] = _numbers("grid_request_rate", self.grid_request_rate, float,
-                                           lambda v: common.MIN_RATE <= v <= 1e6,
-                                           f"must be in [{common.MIN_RATE:g}, 1e6]")
-        if self.grid_cache_gb:
-            out["cache_gb"] = _numbers("grid_cache_gb", self.grid_cache_gb, float,
-                                       lambda v: 0 <= v <= 1e9, "must be in [0, 1e9]")
-        return out
+        """The load axes given, in grid order: ``{"concurrency": [1, 8], ...}`` (the cache
+        size's axis keeps its export name, ``cache_gb``)."""
+        return {axis: expand(SweepGrid, name, getattr(self, name))
+                for name, axis in GRID_AXES.items() if getattr(self, name)}
 
 
-def _numbers(name: str, text: str, cast: Callable[[str], N], ok: Callable[[N], bool],
-             bound: str) -> list[N]:
-    """A comma list of distinct numbers, each within its bound."""
-    try:
-        vals = [cast(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SpecError(name, f"takes comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise SpecError(name, "needs at least one value")
-    if len(set(vals)) != len(vals):
-        raise SpecError(name, f"repeats a value: {text}")
-    if not all(ok(v) for v in vals):
-        raise SpecError(name, f"values {bound}")
-    return vals
+#: Grid field -> its axis name in sweep.json, sweep.csv and the point folders.
+GRID_AXES = {"concurrency": "concurrency", "request_rate": "request_rate",
+             "cache_size": "cache_gb"}
 
 
 @spec

@@ -1,15 +1,76 @@
-"""Option values with a syntax of their own: ``--extra-inputs KEY:VALUE`` and ``--header K:V``.
+"""Option values with a syntax of their own: lists (``1,4,10``, ``0:20:2``), ``--extra-inputs
+KEY:VALUE`` and ``--header K:V``.
 
-Shared by the loader (``bench``, ``ab``, ``sweep``) and ``simulate``.
+Lists have one syntax on every command that takes several values (``analyze``'s capacities and
+plan parameters, ``simulate --cache-size``, ``sweep``'s grid and ``--sim-param``): repeat the
+flag, separate values by commas, or both; a number list also takes inclusive ranges
+``start:stop[:step]``. :func:`list_items` splits, :func:`numbers` expands; nothing else parses a
+list.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
+
+#: The most values one list may expand to (a range like ``0:1e9`` is refused, not materialised).
+MAX_VALUES = 100_000
+LIST_HELP = "; repeat, list (1,4,10) or range start:stop[:step] (inclusive)."
+
+
+def list_items(values: str | Iterable[str]) -> list[str]:
+    """THE list syntax: ``("1,2", "4")`` or ``"1,2,4"`` -> ``["1", "2", "4"]`` (a flag repeated
+    and/or comma-separated values; items stripped, empty ones dropped)."""
+    raws = [values] if isinstance(values, str) else values
+    return [item.strip() for raw in raws for item in str(raw).split(",") if item.strip()]
+
+
+def numbers(values: str | Iterable[str], name: str, kind: type) -> list:
+    """Field ``name``'s list of numbers of ``kind`` (int or float): :func:`list_items`, each
+    item a number or an inclusive range ``start:stop[:step]``. A value given with nothing in it,
+    a bad item, a non-finite number or a value given twice is a ``SpecError`` naming the field
+    (ranges and bounds: :func:`spec.base.check_field`)."""
+    out: list = []
+    for raw in [values] if isinstance(values, str) else values:
+        items = list_items(raw)
+        if not items:
+            raise SpecError(name, f"takes numbers, got {raw!r}")
+        for item in items:
+            out += _expand(item, kind, name)
+    if len(set(out)) != len(out):
+        raise SpecError(name, f"repeats a value: {', '.join(map(str, out))}")
+    return out
+
+
+def _expand(item: str, kind: type, name: str) -> list:
+    try:
+        if ":" not in item:
+            vals = [kind(item)]
+        else:
+            vals = _range(item, [kind(p) for p in item.split(":")], kind, name)
+        if not all(math.isfinite(v) for v in vals):
+            raise ValueError
+        return vals
+    except (ValueError, OverflowError):
+        raise SpecError(name, f"has a bad value {item!r}; expected a number, a list 1,2,4 or a "
+                        "range start:stop[:step]") from None
+
+
+def _range(item: str, parts: list, kind: type, name: str) -> list:
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] <= 0):
+        raise ValueError
+    lo, hi = parts[0], parts[1]
+    step = parts[2] if len(parts) == 3 else 1
+    count = int((hi - lo) / step + 1e-9) + 1
+    if count < 1:
+        raise SpecError(name, f"range {item!r} is empty (start above stop)")
+    if count > MAX_VALUES:
+        raise SpecError(name, f"range {item!r} has more than {MAX_VALUES:,} values")
+    return [kind(round(lo + i * step, 9)) for i in range(count)]
 
 
 def coerce_value(text: str) -> Any:
@@ -91,8 +152,6 @@ def parse_headers(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
 def check_labels(labels: tuple[str, ...]) -> None:
     """Run labels (``ab``/``compare --labels``) go into Markdown, JSON and HTML: printable text
     of valid UTF-8, one line, at most 80 characters."""
-    from ..errors import SpecError
-
     for label in labels:
         try:
             label.encode("utf-8")

@@ -9,12 +9,13 @@ from .base import SpecError, option, spec
 ReuseMode = Literal["first-pass-unique", "uniform", "zipf", "cyclic"]
 RowOrder = Literal["turn-major", "user-major", "random"]
 TextSharing = Literal["row", "user", "all"]
-DatasetFormat = Literal["single_turn", "multi_turn"]
+DatasetType = Literal["single_turn", "multi_turn"]
 
 REUSE_MODES: tuple[str, ...] = ("first-pass-unique", "uniform", "zipf", "cyclic")
 ROW_ORDERS: tuple[str, ...] = ("turn-major", "user-major", "random")
 TEXT_SHARING: tuple[str, ...] = ("row", "user", "all")
-DATASET_FORMATS: tuple[str, ...] = ("single_turn", "multi_turn")
+#: AIPerf's custom dataset types a generator writes (and, with auto, a reader reads).
+DATASET_TYPES: tuple[str, ...] = ("single_turn", "multi_turn")
 
 #: A plan holds one int64 per image reference (plus a few per row): above this many references
 #: it would need gigabytes before the first row is written, so it is refused up front.
@@ -113,9 +114,10 @@ class SlidingWindowWorkload:
                                     "one sequence common to all users.", min=0, max=1)
     text_sharing: TextSharing = option("row", "--text-sharing", "Fresh text per row, one per "
                                        "user, or one for all rows.", choices=TEXT_SHARING)
-    format: DatasetFormat = option("single_turn", "--format", "single_turn with session_id "
-                                   "(causal replay) or multi_turn sessions.",
-                                   choices=DATASET_FORMATS)
+    dataset_type: DatasetType = option("single_turn", "--custom-dataset-type", "The AIPerf "
+                                       "dataset type written: single_turn with session_id "
+                                       "(causal replay) or multi_turn sessions.",
+                                       choices=DATASET_TYPES, aliases=("--format",))
 
     def check(self) -> None:
         items = self.window + self.videos_per_request + self.audios_per_request
