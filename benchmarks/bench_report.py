@@ -24,7 +24,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mmdatagen.export import build_export, write_exports  # noqa: E402
+from mmdatagen.export import build_export, read_records, write_exports  # noqa: E402
 from mmdatagen.metrics import RECORDS_NAME, RequestRecord  # noqa: E402
 from mmdatagen.report.aggregate import Columns, aggregates, run_aggregates  # noqa: E402
 from mmdatagen.report.html import runs_report  # noqa: E402
@@ -80,8 +80,7 @@ def main() -> None:
 
         c3 = time.process_time()
         t3 = time.perf_counter()
-        with open(out / "run" / RECORDS_NAME, "rb") as fh:
-            cols = Columns.from_record_lines(orjson.loads(line) for line in fh)
+        cols = Columns(read_records(out / "run" / RECORDS_NAME))
         ex2 = orjson.loads((out / "run" / "profile_export_mmdatagen.json").read_bytes())
         ex2.update(aggregates(cols))
         t4 = time.perf_counter()

@@ -17,7 +17,7 @@ Definitions follow aiperf-compat.md exactly:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ RECORD_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestRecord:
     """One request as the client (or the virtual-time simulator) saw it; times in monotonic ns.
 
@@ -78,27 +78,139 @@ class RequestRecord:
         return self.error is None and self.end_ns is not None
 
     def values(self) -> dict[str, float]:
-        """This request's per-request metric values (ms / tokens / images), AIPerf definitions."""
-        out: dict[str, float] = {"num_images": float(self.num_images)}
-        if not self.ok:
-            return out
-        assert self.end_ns is not None  # ok
-        latency_ns = self.end_ns - self.start_ns
-        out["request_latency"] = latency_ns / 1e6
-        out["output_sequence_length"] = float(self.output_tokens)
-        if self.input_tokens is not None:
-            out["input_sequence_length"] = float(self.input_tokens)
-        if self.streaming and self.first_token_ns is not None:
-            ttft_ns = self.first_token_ns - self.start_ns
-            out["time_to_first_token"] = ttft_ns / 1e6
-            if self.server_ttft_ns is not None:
-                out["client_added_ttft"] = (ttft_ns - self.server_ttft_ns) / 1e6
-            if self.output_tokens >= 2:
-                itl_ns = (latency_ns - ttft_ns) / (self.output_tokens - 1)
-                out["inter_token_latency"] = itl_ns / 1e6
-                if itl_ns > 0:
-                    out["output_token_throughput_per_user"] = 1e9 / itl_ns
-        return out
+        """This request's per-request metric values (ms / tokens / images), AIPerf definitions
+        (:func:`metric_columns` on a one-row table)."""
+        return next(metric_rows(RecordTable.from_records([self])))
+
+
+#: a missing integer in a :class:`RecordTable` column (no real time or count is this)
+NONE = np.iinfo(np.int64).min
+_INT_FIELDS = ("turn_index", "start_ns", "first_token_ns", "end_ns", "output_tokens",
+               "input_tokens", "num_images", "image_hits", "image_misses", "server_ttft_ns",
+               "response_end_ns", "predicted_hits", "http_status", "dispatch_index")
+_OBJ_FIELDS = ("conversation_id", "phase", "error", "x_request_id")
+
+
+def _int_column(values: list) -> np.ndarray:
+    try:
+        return np.array(values, np.int64)
+    except TypeError:  # None among them
+        return np.array([NONE if v is None else v for v in values], np.int64)
+
+
+class RecordTable:
+    """Records as columns: each :class:`RequestRecord` field one numpy array (integers int64
+    with :data:`NONE` for None, ``streaming`` bool, strings and errors object arrays).
+
+    The export's maths read tables, so a run of a million requests (merge-runs) never holds a
+    million objects; a list of records is turned into one by :func:`as_table`.
+    """
+
+    def __init__(self, cols: dict[str, np.ndarray]) -> None:
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return int(self.cols["start_ns"].size)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.__dict__["cols"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @classmethod
+    def from_columns(cls, values: dict[str, list]) -> RecordTable:
+        """From one list per field (None where missing); an absent field is all default."""
+        n = len(values["start_ns"])
+        cols: dict[str, np.ndarray] = {}
+        for name in _INT_FIELDS:
+            v = values.get(name)
+            cols[name] = np.full(n, NONE, np.int64) if v is None else _int_column(v)
+        for name in _OBJ_FIELDS:
+            obj = np.empty(n, object)
+            obj[:] = values.get(name, [None] * n)
+            cols[name] = obj
+        cols["streaming"] = np.array(values.get("streaming", [True] * n), bool)
+        return cls(cols)
+
+    @classmethod
+    def from_records(cls, records: Iterable[RequestRecord]) -> RecordTable:
+        records = list(records)
+        return cls.from_columns({name: [getattr(r, name) for r in records]
+                                 for name in (*_INT_FIELDS, *_OBJ_FIELDS, "streaming")})
+
+    @classmethod
+    def concat(cls, tables: Sequence[RecordTable]) -> RecordTable:
+        if not tables:
+            return cls.from_columns({"start_ns": []})
+        return cls({k: np.concatenate([t.cols[k] for t in tables]) for k in tables[0].cols})
+
+    def take(self, index: np.ndarray) -> RecordTable:
+        """The rows ``index`` selects (a boolean mask or positions), in order."""
+        return RecordTable({k: v[index] for k, v in self.cols.items()})
+
+    def phase_is(self, phase: str) -> np.ndarray:
+        return self.cols["phase"] == phase
+
+    @property
+    def has_error(self) -> np.ndarray:
+        return ~np.equal(self.cols["error"], None)  # type: ignore[call-overload]
+
+    @property
+    def ok(self) -> np.ndarray:
+        """Succeeded: no error and a last content chunk (``RequestRecord.ok``)."""
+        return ~self.has_error & (self.cols["end_ns"] != NONE)
+
+    def records(self, index: np.ndarray | None = None) -> list[RequestRecord]:
+        """The rows (all, or ``index``'s) as :class:`RequestRecord` objects."""
+        t = self if index is None else self.take(index)
+        lists = {k: v.tolist() for k, v in t.cols.items()}
+        for name in _INT_FIELDS:
+            lists[name] = [None if v == NONE else v for v in lists[name]]
+        names = list(lists)
+        return [RequestRecord(**dict(zip(names, row))) for row in zip(*lists.values())]
+
+
+def as_table(records: Sequence[RequestRecord] | RecordTable) -> RecordTable:
+    return records if isinstance(records, RecordTable) else RecordTable.from_records(records)
+
+
+def metric_columns(t: RecordTable) -> dict[str, np.ndarray]:
+    """Every per-request metric of every row (NaN where a row has none): AIPerf's definitions
+    (see the module docstring), the one implementation of them."""
+    c = t.cols
+    start, first, out = c["start_ns"], c["first_token_ns"], c["output_tokens"]
+    ok = t.ok
+    nan = np.nan
+    lat_ns = np.where(ok, c["end_ns"], start) - start
+    has_ttft = ok & c["streaming"] & (first != NONE)
+    ttft_ns = np.where(has_ttft, first, start) - start
+    server = c["server_ttft_ns"]
+    has_itl = has_ttft & (out >= 2)
+    itl_ns = np.where(has_itl, (lat_ns - ttft_ns) / np.maximum(out - 1, 1), nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tput = np.where(has_itl & (itl_ns > 0), 1e9 / itl_ns, nan)
+    inp = c["input_tokens"]
+    return {
+        "num_images": c["num_images"].astype(np.float64),
+        "request_latency": np.where(ok, lat_ns / 1e6, nan),
+        "output_sequence_length": np.where(ok, out.astype(np.float64), nan),
+        "input_sequence_length": np.where(ok & (inp != NONE), inp.astype(np.float64), nan),
+        "time_to_first_token": np.where(has_ttft, ttft_ns / 1e6, nan),
+        "client_added_ttft": np.where(has_ttft & (server != NONE),
+                                      (ttft_ns - np.where(server == NONE, 0, server)) / 1e6, nan),
+        "inter_token_latency": itl_ns / 1e6,
+        "output_token_throughput_per_user": tput,
+    }
+
+
+def metric_rows(t: RecordTable) -> Iterator[dict[str, float]]:
+    """Per row, its metric values as ``RequestRecord.values`` gives them (present ones only,
+    in :func:`metric_columns`' order)."""
+    cols = metric_columns(t)
+    tags = list(cols)
+    for row in zip(*(v.tolist() for v in cols.values())):
+        yield {tag: v for tag, v in zip(tags, row) if v == v}
 
 
 def stats_block(values: Sequence[float], unit: str) -> StatsBlock:
@@ -122,64 +234,74 @@ def _run_block(value: float | int | None, unit: str) -> RunBlock:
     return {"unit": unit, "avg": value}
 
 
-def error_summary(records: Iterable[RequestRecord]) -> list[ErrorCount]:
+Records = Sequence[RequestRecord] | RecordTable
+
+
+def error_summary(records: Records) -> list[ErrorCount]:
+    t = as_table(records)
     counts: Counter = Counter()
-    for r in records:
-        if r.error is not None:
-            e = r.error
-            counts[(e.get("type"), e.get("code"), e.get("message"))] += 1
+    for e in t.error[t.has_error]:
+        counts[(e.get("type"), e.get("code"), e.get("message"))] += 1
     return [{"error_details": {"type": t, "code": c, "message": m}, "count": n}
             for (t, c, m), n in counts.most_common()]
 
 
-def per_request_blocks(records: Sequence[RequestRecord]) -> dict[str, StatsBlock]:
+def per_request_blocks(records: Records) -> dict[str, StatsBlock]:
     """One statistics block per per-request metric (client-added TTFT only when measured)."""
-    per: dict[str, list[float]] = {tag: [] for tag in RECORD_METRICS}
-    for r in records:
-        for tag, v in r.values().items():
-            per[tag].append(v)
+    cols = metric_columns(as_table(records))
+    per = {tag: v[~np.isnan(v)] for tag, v in cols.items()}
     return {tag: stats_block(per[tag], unit) for tag, (unit, _) in RECORD_METRICS.items()
-            if tag != "client_added_ttft" or per[tag]}
+            if tag != "client_added_ttft" or per[tag].size}
 
 
-def phase_duration_s(records: Sequence[RequestRecord]) -> float | None:
+def response_ends(t: RecordTable) -> np.ndarray:
+    """Each row's last byte (``response_end_ns``, else ``end_ns``; :data:`NONE` if neither)."""
+    resp = t.response_end_ns
+    return np.where((resp != NONE) & (resp != 0), resp, t.end_ns)
+
+
+def phase_duration_s(records: Records) -> float | None:
     """Last response end - first request start, in seconds; None when empty or not positive."""
-    starts = [r.start_ns for r in records]
-    ends = [e for r in records if (e := (r.response_end_ns or r.end_ns)) is not None]
-    if not starts or not ends:
+    t = as_table(records)
+    ends = response_ends(t)
+    ends = ends[ends != NONE]
+    if not len(t) or not ends.size:
         return None
-    duration_s = (max(ends) - min(starts)) / 1e9
+    duration_s = (int(ends.max()) - int(t.start_ns.min())) / 1e9
     return duration_s if duration_s > 0 else None
 
 
-def run_blocks(records: Sequence[RequestRecord]) -> dict[str, RunBlock]:
+def run_blocks(records: Records) -> dict[str, RunBlock]:
     """Run-level blocks: throughputs over the phase's duration, counts and totals."""
-    ok = [r for r in records if r.ok]
-    duration_s = phase_duration_s(records)
-    total_out = int(sum(r.output_tokens for r in ok))
-    total_in = (int(sum(r.input_tokens for r in ok))  # type: ignore[misc]
-                if ok and all(r.input_tokens is not None for r in ok) else None)
+    t = as_table(records)
+    ok = t.ok
+    n_ok = int(ok.sum())
+    duration_s = phase_duration_s(t)
+    total_out = int(t.output_tokens[ok].sum())
+    inputs = t.input_tokens[ok]
+    total_in = int(inputs.sum()) if n_ok and not (inputs == NONE).any() else None
 
     def per_second(n: float) -> float | None:
         return n / duration_s if duration_s else None
 
     return {
-        "request_throughput": _run_block(per_second(len(ok)), "requests/sec"),
+        "request_throughput": _run_block(per_second(n_ok), "requests/sec"),
         "output_token_throughput": _run_block(per_second(total_out), "tokens/sec"),
         "benchmark_duration": _run_block(duration_s, "sec"),
-        "request_count": _run_block(len(ok), "requests"),
-        "error_request_count": _run_block(len(records) - len(ok), "requests"),
+        "request_count": _run_block(n_ok, "requests"),
+        "error_request_count": _run_block(len(t) - n_ok, "requests"),
         "total_output_tokens": _run_block(total_out, "tokens"),
         "total_input_tokens": _run_block(total_in, "tokens"),
         "total_osl": _run_block(total_out, "tokens"),  # AIPerf's names for the same totals
         "total_isl": _run_block(total_in, "tokens"),
-        "total_images": _run_block(int(sum(r.num_images for r in records)), "images"),
+        "total_images": _run_block(int(t.num_images.sum()), "images"),
     }
 
 
-def phase_metrics(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def phase_metrics(records: Records) -> dict[str, Any]:
     """All metric blocks for one phase's records (per-request blocks, then run-level blocks)."""
-    return {**per_request_blocks(records), **run_blocks(records)}
+    t = as_table(records)
+    return {**per_request_blocks(t), **run_blocks(t)}
 
 
 # The export document and the console table live in export.py and console.py; these names stay

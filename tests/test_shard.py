@@ -95,7 +95,7 @@ def test_two_workers_merge_into_the_single_process_benchmark(tmp_path, server):
     assert res.returncode == 0, res.stderr
     common = ["--url", server, "--model", MODEL, "--concurrency", 4, "--cache-size", 1,
               "--encoder-budget", 300, "-q", "--no-report"]
-    start = time.time() + 4
+    start = time.time() + 12  # two cold processes on a busy 2-core machine
     workers = [subprocess.Popen([sys.executable, "-m", "mmdatagen", "bench", "--input-file",
                                  str(data), *map(str, common), "--num-shards", "2",
                                  "--shard-index", str(k), "--start-at", str(start),
@@ -175,3 +175,55 @@ def test_a_plain_run_folder_and_a_past_start_are_refused(tmp_path):
     res = _mmdatagen("bench", "--input-file", data, "--num-shards", 2, "--shard-index", 2,
                      "--output-dir", tmp_path / "o")
     assert res.returncode == 2 and "--shard-index must be below" in res.stderr
+
+
+def test_merged_records_are_the_shifted_union_byte_for_byte(tmp_path):
+    """merge-runs reads and writes whole columns: its records.jsonl is exactly the lines of
+    every worker's records moved onto the server's clock, in start order (ties: shard order),
+    and its percentiles are those of that union."""
+    import dataclasses
+    import random
+
+    from mmdatagen.export import record_line, record_lines
+    from mmdatagen.loadgen.merge_runs import merge_runs
+    from mmdatagen.metrics import RequestRecord
+
+    rnd = random.Random(7)
+    expected, dirs = [], []
+    for k, clock in enumerate((1_700_000_000_000_000_000, 1_700_000_000_000_500_000)):
+        recs = []
+        for i in range(40):
+            s = rnd.randrange(0, 10**9, 1000)  # ties across the workers too
+            fail = i % 9 == 4
+            first = None if fail else s + rnd.randrange(1, 10**7)
+            recs.append(RequestRecord(
+                conversation_id=f"u{k}-{i // 3}", turn_index=i % 3,
+                phase="warmup" if i < 3 else "profiling", start_ns=s, first_token_ns=first,
+                end_ns=None if fail else first + rnd.randrange(0, 10**8),
+                output_tokens=0 if fail else rnd.randrange(1, 40), input_tokens=100,
+                num_images=i % 3, error={"type": "HTTPError", "code": 500, "message": "x"}
+                if fail else None, image_hits=i % 2, image_misses=1, server_ttft_ns=50_000,
+                x_request_id=f"{k}-{i}", response_end_ns=None if fail else s + 2 * 10**8,
+                predicted_hits=None, http_status=500 if fail else 200, dispatch_index=i))
+        d = tmp_path / f"w{k}"
+        d.mkdir()
+        shard = {"index": k, "count": 2, "settings_blake3": "s", "dataset_blake3": "d",
+                 "wall_offset_ns": clock, "dispatched": 40, "clock": {"offset_ns": -7 * k}}
+        (d / "profile_export_mmdatagen.json").write_bytes(orjson.dumps(
+            {"input_config": {"model": MODEL}, "run_info": {"shard": shard}}))
+        (d / "records.jsonl").write_bytes(b"".join(record_lines(recs)))
+        by = clock - 7 * k
+        expected += [dataclasses.replace(
+            r, start_ns=r.start_ns + by, dispatch_index=r.dispatch_index + 40 * k,
+            **{f: getattr(r, f) + by for f in ("first_token_ns", "end_ns", "response_end_ns")
+               if getattr(r, f) is not None}) for r in sorted(recs, key=lambda r: r.start_ns)]
+        dirs.append(d)
+    res = merge_runs(dirs, tmp_path / "merged")
+    ordered = sorted(expected, key=lambda r: r.start_ns)
+    assert (tmp_path / "merged" / "records.jsonl").read_bytes() == b"".join(
+        orjson.dumps(record_line(r)) + b"\n" for r in ordered)
+    ttft = [r.values()["time_to_first_token"] for r in ordered
+            if r.phase == "profiling" and r.ok]
+    assert len(res.records) == 80 and res.export["request_count"]["avg"] == len(ttft)
+    for stat, q in (("p50", 50), ("p99", 99), ("min", 0)):
+        assert res.export["time_to_first_token"][stat] == pytest.approx(np.percentile(ttft, q))

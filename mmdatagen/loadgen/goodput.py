@@ -20,13 +20,15 @@ which is what AIPerf (and mmdatagen) call ``inter_token_latency``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import UserError
 from ..exportmodel import Export
-from ..metrics import RequestRecord
+from ..metrics import Records, as_table, metric_columns
 
 # accepted name -> export tag
 ALIASES: dict[str, str] = {
@@ -68,15 +70,22 @@ def parse_slos(specs: Iterable[str] | str | None) -> dict[str, float]:
     return out
 
 
-def is_good(values: dict[str, float], slos: dict[str, float]) -> bool:
-    """Whether one successful request's metric values meet every objective."""
+def good_mask(values: dict[str, np.ndarray], slos: dict[str, float]) -> np.ndarray:
+    """Per row, whether its metric values (NaN: missing, never good) meet every objective."""
+    n = len(next(iter(values.values()))) if values else 0
+    good = np.ones(n, bool)
     for tag, objective in slos.items():
         v = values.get(tag)
         if v is None:
-            return False
-        if (v < objective) if tag in LARGER_IS_BETTER else (v > objective):
-            return False
-    return True
+            return np.zeros(n, bool)
+        good &= (v >= objective) if tag in LARGER_IS_BETTER else (v <= objective)
+    return good
+
+
+def is_good(values: dict[str, float], slos: dict[str, float]) -> bool:
+    """Whether one successful request's metric values meet every objective."""
+    row = {tag: np.array([values.get(tag, np.nan)], np.float64) for tag in slos}
+    return bool(good_mask(row, slos)[0])
 
 
 def good_count(value_rows: Iterable[dict[str, float] | None], slos: dict[str, float]) -> int:
@@ -93,34 +102,26 @@ def goodput_blocks(good: int, duration_s: float | None, slos: dict[str, float]) 
     }
 
 
-def export_goodput(records: Sequence[RequestRecord], export: Export, slos: dict[str, float]
-                   ) -> dict[str, Any]:
+def table_good_count(records: Records, slos: dict[str, float]) -> int:
+    """Good profiling requests among ``records`` (a list or a table)."""
+    t = as_table(records)
+    prof = t.phase_is("profiling") & t.ok
+    return int((good_mask(metric_columns(t), slos) & prof).sum())
+
+
+def export_goodput(records: Records, export: Export, slos: dict[str, float]) -> dict[str, Any]:
     """Goodput blocks for the profiling records of a run whose export is already built."""
-    rows = (r.values() if r.ok else None for r in records if r.phase == "profiling")
     duration = (export.get("benchmark_duration") or {}).get("avg")
-    return goodput_blocks(good_count(rows, slos), duration, slos)
+    return goodput_blocks(table_good_count(records, slos), duration, slos)
 
 
 def goodput_from_records_file(path: str | Path, export: Export, slos: dict[str, float]
                               ) -> dict[str, Any] | None:
     """Goodput from a ``records.jsonl`` (ours) beside an export; None when there is none."""
-    import orjson
+    from ..export import read_records
 
     path = Path(path)
     if not path.is_file():
         return None
-    rows: list[dict[str, float] | None] = []  # None: a failed request
-    with open(path, "rb") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            d = orjson.loads(line)
-            meta = d.get("metadata") or {}
-            if meta.get("benchmark_phase", "profiling") != "profiling":
-                continue
-            if d.get("error") is not None or meta.get("request_end_ns") is None:
-                rows.append(None)
-                continue
-            rows.append({k: m.get("value") for k, m in (d.get("metrics") or {}).items()})
     duration = (export.get("benchmark_duration") or {}).get("avg")
-    return goodput_blocks(good_count(rows, slos), duration, slos)
+    return goodput_blocks(table_good_count(read_records(path), slos), duration, slos)

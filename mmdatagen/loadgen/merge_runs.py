@@ -12,7 +12,6 @@ joined into one export of the usual shape, as if one process had run it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 import orjson
 
 from ..errors import DatasetError, SpecError, UserError
-from ..metrics import EXPORT_NAME, RECORDS_NAME, RequestRecord
+from ..metrics import EXPORT_NAME, NONE, RECORDS_NAME, RecordTable
 from .predict import CACHE_ITEMS_NAME
 
 
@@ -45,7 +44,7 @@ class Worker:
 @dataclass
 class MergeRunsResult:
     export: dict
-    records: list[RequestRecord]
+    records: RecordTable
     paths: dict[str, Path]
     workers: int
 
@@ -85,52 +84,26 @@ def check_workers(workers: list[Worker]) -> None:
                         f"{', '.join(map(str, missing))} of {count} missing")
 
 
-def record_from_line(d: dict) -> RequestRecord:
-    """The inverse of ``export.record_line``."""
-    m = d["metadata"]
-    return RequestRecord(
-        conversation_id=m["conversation_id"], turn_index=m["turn_index"],
-        phase=m["benchmark_phase"], start_ns=m["request_start_ns"],
-        first_token_ns=m["first_token_ns"], end_ns=m["request_end_ns"],
-        output_tokens=m["output_tokens"], input_tokens=m["input_tokens"],
-        num_images=m["num_images"], error=d.get("error"), image_hits=m["image_hits"],
-        image_misses=m["image_misses"], server_ttft_ns=m["server_ttft_ns"],
-        x_request_id=m["x_request_id"], streaming=m["streaming"],
-        response_end_ns=m["response_end_ns"], predicted_hits=m.get("predicted_hits"),
-        http_status=m.get("http_status"), dispatch_index=m.get("dispatch_index"))
+def _table(w: Worker, base: int) -> RecordTable:
+    """A worker's records on the server's clock, dispatch indexes into the merged sequence."""
+    from ..export import read_records
 
-
-def _shift(r: RequestRecord, by: int, base: int) -> None:
-    """Move ``r``'s monotonic times by ``by`` (to the server's clock) and ``base`` (dispatch
-    indexes into the merged sequence)."""
-    r.start_ns += by
-    for name in ("first_token_ns", "end_ns", "response_end_ns"):
-        v = getattr(r, name)
-        if v is not None:
-            setattr(r, name, v + by)
-    if r.dispatch_index is not None:
-        r.dispatch_index += base
-
-
-def _records(w: Worker, base: int) -> Iterator[RequestRecord]:
-    path = w.path / RECORDS_NAME
-    by = w.clock_ns
     try:
-        with open(path, "rb") as fh:
-            for n, line in enumerate(fh, 1):
-                try:
-                    r = record_from_line(orjson.loads(line))
-                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise DatasetError(f"{path}:{n}: not a records.jsonl line ({exc})") from None
-                _shift(r, by, base)
-                yield r
+        t = read_records(w.path / RECORDS_NAME)
     except FileNotFoundError:
         raise UserError(f"{w.path}: no {RECORDS_NAME}") from None
+    by = w.clock_ns
+    for name in ("start_ns", "first_token_ns", "end_ns", "response_end_ns"):
+        col = t.cols[name]
+        col[col != NONE] += by
+    col = t.cols["dispatch_index"]
+    col[col != NONE] += base
+    return t
 
 
-def merged_prediction(workers: list[Worker], records: list[RequestRecord],
-                      bases: list[int]) -> dict | None:
-    """The prediction replayed over every worker's requests in the server's order."""
+def merged_prediction(workers: list[Worker], table: RecordTable) -> dict | None:
+    """The prediction replayed over every worker's requests in the server's order; the
+    per-request predictions go into ``table``."""
     from ..caches import get_target
     from ..vlm import generic_model
     from .predict import ImageTracker, _Request, prediction_result
@@ -143,6 +116,7 @@ def merged_prediction(workers: list[Worker], records: list[RequestRecord],
     timeline: dict[str, Any] = {}
     model_name = ""
     slack: list[int] = []  # per request: its worker's clock uncertainty (widens the band)
+    keys: dict[str, str] = {}  # one string per cache key (a million requests share few)
     for w, f in zip(workers, files):
         lines = iter(f.read_bytes().splitlines())
         head = orjson.loads(next(lines))
@@ -154,13 +128,18 @@ def merged_prediction(workers: list[Worker], records: list[RequestRecord],
                                    head["front"])
         for line in lines:
             d = orjson.loads(line)
-            tracker.requests.append(_Request([(k, s) for k, s in d["items"]], d["images"]))
+            tracker.requests.append(_Request([(keys.setdefault(k, k), s) for k, s in d["items"]],
+                                             d["images"]))
             slack.append(unc)
             if d.get("seqs") is not None and d.get("x_request_id"):
                 timeline[d["x_request_id"]] = d["seqs"]
     assert tracker is not None
+    dispatched = np.flatnonzero(table.dispatch_index != NONE)
+    records = table.records(dispatched)
     pred = prediction_result(tracker, None, records, len(tracker.requests),
                              timeline if timeline else None, np.array(slack, np.int64))
+    table.predicted_hits[dispatched] = [NONE if r.predicted_hits is None else r.predicted_hits
+                                        for r in records]
     if pred is not None and "model" in pred:  # the workers' model (sizes came with the items)
         pred["model"] = model_name
         pred.pop("geometry", None)
@@ -181,9 +160,9 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False) -> Merge
     check_target(out / EXPORT_NAME, force)
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
                     [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
-    bases = list(np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1])
-    records = [r for w, b in zip(workers, bases) for r in _records(w, int(b))]
-    predicted = merged_prediction(workers, records, [int(b) for b in bases])
+    bases = np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1]
+    table = RecordTable.concat([_table(w, int(b)) for w, b in zip(workers, bases)])
+    predicted = merged_prediction(workers, table)
     first = workers[0].export
     config = dict(first.get("input_config") or {})
     config.pop("shard_index", None)
@@ -192,15 +171,15 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False) -> Merge
                 "shards": [w.shard for w in workers],
                 "note": "server /metrics deltas are per worker (their windows overlap): see "
                         "each worker's export"}
-    export = build_export(records, input_config=config, run_info=run_info,
+    export = build_export(table, input_config=config, run_info=run_info,
                           was_cancelled=any(w.export.get("was_cancelled") for w in workers),
                           wall_offset_ns=0, predicted=predicted)
-    export.update(run_aggregates(records))
+    export.update(run_aggregates(table))
     slos = (first.get("goodput") or {}).get("slos") if isinstance(first.get("goodput"),
                                                                   dict) else None
     if slos:
         from .goodput import export_goodput
 
-        export.update(export_goodput(records, export, slos))
-    paths = write_exports(out, records, export)
-    return MergeRunsResult(export, records, paths, len(workers))
+        export.update(export_goodput(table, export, slos))
+    paths = write_exports(out, table, export)
+    return MergeRunsResult(export, table, paths, len(workers))

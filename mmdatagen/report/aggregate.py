@@ -12,10 +12,11 @@ Everything is vectorised with numpy (100k records take well under a second).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from ..metrics import NONE, Records, RecordTable, as_table, metric_columns, response_ends
 
 MAX_BINS = 120
 LEVELS = np.linspace(0.0, 100.0, 201)
@@ -24,74 +25,30 @@ _NICE = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10
          300, 600, 900, 1800, 3600)
 
 
-def _arr(vals: list, dtype, missing) -> np.ndarray:
-    return np.array([missing if v is None else v for v in vals], dtype)
-
-
 class Columns:
-    """The per-request fields aggregates need, as numpy arrays (profiling requests only).
+    """The per-request fields aggregates need, as numpy arrays (profiling requests only; -1
+    where a field is missing). Metric values are :func:`mmdatagen.metrics.metric_columns`."""
 
-    Metric values follow :meth:`mmdatagen.metrics.RequestRecord.values` (AIPerf's
-    definitions), computed on whole columns at once.
-    """
+    def __init__(self, t: RecordTable) -> None:
+        t = t.take(t.phase_is("profiling"))
 
-    def __init__(self, start, first, end, resp_end, out_tokens, ok, streaming, hits, misses,
-                 pred) -> None:
-        self.start, self.first, self.end, self.resp_end = start, first, end, resp_end
-        self.out_tokens, self.ok, self.streaming = out_tokens, ok, streaming
-        self.hits, self.misses, self.pred = hits, misses, pred
-        lat = np.where(ok, (end - start) / 1e6, np.nan)
-        has_ttft = ok & streaming & (first >= 0)
-        ttft = np.where(has_ttft, (first - start) / 1e6, np.nan)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            itl = np.where(has_ttft & (out_tokens >= 2), (lat - ttft) / (out_tokens - 1), np.nan)
-        self.values = {"time_to_first_token": ttft, "inter_token_latency": itl,
-                       "request_latency": lat}
+        def col(name: str, values: np.ndarray | None = None) -> np.ndarray:
+            v = t.cols[name] if values is None else values
+            return np.where(v == NONE, -1, v)
 
-    @classmethod
-    def _build(cls, rows: list[tuple]) -> Columns:
-        if not rows:
-            z = np.zeros(0, np.int64)
-            return cls(z, z, z, z, z, z.astype(bool), z.astype(bool), z, z, z)
-        (start, first, end, resp_end, tokens, ok, streaming, hits, misses,
-         pred) = map(list, zip(*rows))
-        i64 = np.int64
-        return cls(_arr(start, i64, 0), _arr(first, i64, -1), _arr(end, i64, -1),
-                   _arr(resp_end, i64, -1), _arr(tokens, i64, 0), np.array(ok, bool),
-                   np.array(streaming, bool), _arr(hits, i64, -1), _arr(misses, i64, -1),
-                   _arr(pred, i64, -1))
+        self.start, self.first, self.end = t.start_ns, col("first_token_ns"), col("end_ns")
+        self.resp_end = col("response_end_ns", response_ends(t))
+        self.out_tokens, self.ok, self.streaming = t.output_tokens, t.ok, t.streaming
+        measured = (t.image_hits != NONE) & (t.image_misses != NONE)
+        self.hits = np.where(measured, t.image_hits, -1)
+        self.misses = np.where(measured, t.image_misses, -1)
+        self.pred = col("predicted_hits")
+        cols = metric_columns(t)
+        self.values = {tag: cols[tag] for tag in DIST_TAGS}
 
     @classmethod
-    def from_records(cls, records: Sequence) -> Columns:
-        rows = []
-        for r in records:
-            if r.phase != "profiling":
-                continue
-            measured = r.image_hits is not None and r.image_misses is not None
-            rows.append((r.start_ns, r.first_token_ns, r.end_ns,
-                         r.response_end_ns if r.response_end_ns is not None else r.end_ns,
-                         r.output_tokens, r.error is None and r.end_ns is not None, r.streaming,
-                         r.image_hits if measured else None, r.image_misses if measured else None,
-                         r.predicted_hits))
-        return cls._build(rows)
-
-    @classmethod
-    def from_record_lines(cls, lines: Iterable[dict]) -> Columns:
-        """From ``records.jsonl`` objects (``metadata``/``metrics``/``error``)."""
-        rows = []
-        for d in lines:
-            m = d.get("metadata") or {}
-            if m.get("benchmark_phase") != "profiling":
-                continue
-            end = m.get("request_end_ns")
-            hits, misses = m.get("image_hits"), m.get("image_misses")
-            measured = hits is not None and misses is not None
-            rows.append((m["request_start_ns"], m.get("first_token_ns"), end,
-                         m.get("response_end_ns") or end, m.get("output_tokens") or 0,
-                         d.get("error") is None and end is not None, m.get("streaming", True),
-                         hits if measured else None, misses if measured else None,
-                         m.get("predicted_hits")))
-        return cls._build(rows)
+    def from_records(cls, records: Records) -> Columns:
+        return cls(as_table(records))
 
 
 def nice_bin(span_s: float, max_bins: int = MAX_BINS) -> float:
@@ -175,8 +132,9 @@ def aggregates(c: Columns) -> dict[str, Any]:
     return {"distributions": distributions(c), "timeline": timeline(c)}
 
 
-def run_aggregates(records: Sequence) -> dict[str, Any]:
-    """The export's ``distributions`` and ``timeline`` blocks from in-memory records."""
+def run_aggregates(records: Records) -> dict[str, Any]:
+    """The export's ``distributions`` and ``timeline`` blocks from in-memory records (a list
+    or a table)."""
     return aggregates(Columns.from_records(records))
 
 
@@ -184,11 +142,9 @@ def aggregates_from_records_file(path) -> dict[str, Any] | None:
     """Aggregates from a ``records.jsonl`` (for exports written without them); None if absent."""
     from pathlib import Path
 
-    import orjson
+    from ..export import read_records
 
     path = Path(path)
     if not path.is_file():
         return None
-    with open(path, "rb") as fh:
-        return aggregates(Columns.from_record_lines(orjson.loads(line) for line in fh
-                                                    if line.strip()))
+    return aggregates(Columns(read_records(path)))
