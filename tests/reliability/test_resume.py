@@ -12,13 +12,12 @@ import orjson
 
 from .helpers import kill_tree, one_error_line, run, start, stop, wait_until
 
-GRID = ["--virtual", "--concurrency", "1,2", "--repeats", 1, "--profile", "zero-delay", "-q",
-        "--output-dir", "sw"]
+GRID = ["--virtual", "--profile", "zero-delay", "-q", "--output-dir", "sw"]
 
 
-def _sweep(tmp_path, dataset, *extra, count=12):
-    return run("sweep", "--input-file", dataset, "--request-count", count, *GRID, *extra,
-               cwd=tmp_path)
+def _sweep(tmp_path, dataset, *extra, count=12, concurrency="1,2", repeats=1):
+    return run("sweep", "--input-file", dataset, "--request-count", count, "--concurrency",
+               concurrency, "--repeats", repeats, *GRID, *extra, cwd=tmp_path)
 
 
 def _resumed(tmp_path) -> list[str]:
@@ -49,19 +48,17 @@ def test_a_rerun_with_other_settings_or_data_is_refused(tmp_path, small_dataset)
     # the same sweep resumes every run; more points and repeats resume the shared ones
     assert _sweep(tmp_path, small_dataset).returncode == 0
     assert _resumed(tmp_path) == ["True", "True"]
-    res = run("sweep", "--input-file", small_dataset, "--request-count", 12,
-              *[("1,2,4" if a == "1,2" else 2 if a == 1 else a) for a in GRID], cwd=tmp_path)
+    res = _sweep(tmp_path, small_dataset, concurrency="1,2,4", repeats=2)
     assert res.returncode == 0, res.stderr
     assert _resumed(tmp_path).count("True") == 2
 
 
 def test_force_runs_again_and_leftovers_are_never_resumed(tmp_path, small_dataset):
-    wide = ["--concurrency", "1,2,4"]
-    assert _sweep(tmp_path, small_dataset, *wide).returncode == 0
+    assert _sweep(tmp_path, small_dataset, concurrency="1,2,4").returncode == 0
     assert _sweep(tmp_path, small_dataset, "--force", count=6).returncode == 0
     assert _resumed(tmp_path) == ["False", "False"]
     # concurrency-4 is a leftover of the 12-request sweep: run again, not resumed
-    res = _sweep(tmp_path, small_dataset, *wide, count=6)
+    res = _sweep(tmp_path, small_dataset, count=6, concurrency="1,2,4")
     assert res.returncode == 0, res.stderr
     assert _resumed(tmp_path) == ["True", "True", "False"]
     doc = orjson.loads((tmp_path / "sw" / "sweep.json").read_bytes())
