@@ -218,44 +218,56 @@ def prediction_band(pred: dict) -> dict | None:
             "measured_inside": band.get("measured_inside")}
 
 
+def summary_row(name: str, concurrency: int, pred: dict, measured: dict, reference: dict,
+                budget: int) -> dict:
+    """The case's row in the suite's summary (conftest's columns, Dynamo's counters beside)."""
+    band = prediction_band(pred)
+    exact = concurrency == 1  # the replay runs the requests one at a time
+    cache = pred.get("cache")
+    if band is not None:
+        cache = f"{cache}; band {band['low']}..{band['high']}"
+    queries = measured["hits"] + measured["misses"]
+    return {"workload": f"Dynamo stack: {name}", "concurrency": concurrency,
+            "processor_cache_bytes": int(CAPACITY_GB * GIB), "references": queries,
+            "reference_hits": reference["hits"] if exact else None,
+            "reference_hits_server_order": None, "bench_predicted_hits": pred.get("hits"),
+            "bench_predicted_cache": cache, "engine_hits": measured["hits"],
+            "engine_queries": queries, "encoder_runs": measured["encoder_runs"],
+            "reference_encoder_runs": reference["misses"] if exact else None,
+            "dynamo": measured, "bench_predicted": {k: pred.get(k) for k in ("hits", "misses")},
+            "reference_dispatch_order": reference, "encoder_budget_tokens": budget,
+            "band": band}
+
+
+def check_one_at_a_time(row: dict, pred: dict, measured: dict, reference: dict) -> None:
+    """Concurrency 1: bench's prediction and the replay equal Dynamo's counters."""
+    assert (pred["hits"], pred["misses"]) == (measured["hits"], measured["misses"]), row
+    assert (reference["hits"], reference["misses"]) == (measured["hits"], measured["misses"]), row
+    # earlier cases' entries are older than all of this case's, so they go first: the
+    # evictions are the replay's (from an empty tier) plus those of the earlier entries that
+    # are gone by the end (the entries gauge tells how many are left)
+    earlier_gone = measured["entries_before"] - (measured["entries_after"] - reference["entries"])
+    assert 0 <= earlier_gone <= measured["entries_before"], row
+    assert measured["evictions"] == reference["evictions"] + earlier_gone, row
+    if row["band"] is not None:  # the order is known: the band is a point
+        assert row["band"]["low"] == row["band"]["high"] == measured["hits"], row
+
+
 def check_and_record(name: str, concurrency: int, export: dict, measured: dict,
                      reference: dict, budget: int) -> dict:
     """The checks every case shares; the row goes to the suite's summary first."""
     pred = export["image_cache"]["predicted"]
     scraped = export["image_cache"]["server_metrics"]
-    band = prediction_band(pred)
-    row = {"workload": f"Dynamo stack: {name}", "concurrency": concurrency,
-           "processor_cache_bytes": int(CAPACITY_GB * GIB),
-           "references": measured["hits"] + measured["misses"],
-           "reference_hits": reference["hits"] if concurrency == 1 else None,
-           "reference_hits_server_order": None,
-           "bench_predicted_hits": pred.get("hits"),
-           "bench_predicted_cache": pred.get("cache") if band is None else
-           f"{pred.get('cache')}; band {band['low']}..{band['high']}",
-           "engine_hits": measured["hits"], "engine_queries": measured["hits"] + measured["misses"],
-           "encoder_runs": measured["encoder_runs"],
-           "reference_encoder_runs": reference["misses"] if concurrency == 1 else None,
-           "dynamo": measured, "bench_predicted": {k: pred.get(k) for k in ("hits", "misses")},
-           "reference_dispatch_order": reference, "encoder_budget_tokens": budget,
-           "band": band}
+    row = summary_row(name, concurrency, pred, measured, reference, budget)
     RESULTS.append(row)
-    assert pred.get("cache") == "dynamo-embedding" and pred.get("keying") == "pixels", pred
+    assert (pred.get("cache"), pred.get("keying")) == ("dynamo-embedding", "pixels"), pred
     assert scraped is not None and scraped["source"] == "dynamo_component_embedding_cache_*", scraped
     assert (scraped["hits"], scraped["queries"], scraped["evictions"]) == (
         measured["hits"], measured["hits"] + measured["misses"], measured["evictions"]), row
     assert measured["encoder_runs"] == measured["misses"], row
+    band = row["band"]
     if concurrency == 1:
-        assert (pred["hits"], pred["misses"]) == (measured["hits"], measured["misses"]), row
-        assert (reference["hits"], reference["misses"]) == (measured["hits"], measured["misses"]), row
-        # earlier cases' entries are older than all of this case's, so they go first: the
-        # evictions are the replay's (from an empty tier) plus those of the earlier entries
-        # that are gone by the end (the entries gauge tells how many are left)
-        earlier_gone = measured["entries_before"] - (measured["entries_after"]
-                                                     - reference["entries"])
-        assert 0 <= earlier_gone <= measured["entries_before"], row
-        assert measured["evictions"] == reference["evictions"] + earlier_gone, row
-        if band is not None:  # one request at a time: the order is known, the band a point
-            assert band["low"] == band["high"] == measured["hits"], row
+        check_one_at_a_time(row, pred, measured, reference)
     elif band is not None:
         assert band["low"] <= measured["hits"] <= band["high"], row
     if band is not None and band["measured_inside"] is not None:  # bench's own verdict
