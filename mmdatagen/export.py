@@ -30,6 +30,7 @@ from .metrics import (
     error_summary,
     metric_columns,
     phase_metrics,
+    py_values,
     response_ends,
     stats_block,
 )
@@ -166,21 +167,12 @@ def record_line(r: RequestRecord) -> dict[str, Any]:
             "metrics": metrics, "error": r.error}
 
 
-def _py(col: np.ndarray) -> list:
-    """A column as Python values, None for :data:`~mmdatagen.metrics.NONE`."""
-    if col.dtype != np.int64 or not (missing := col == NONE).any():
-        return col.tolist()
-    out = col.astype(object)
-    out[missing] = None
-    return out.tolist()
-
-
 def _json_each(col: np.ndarray) -> tuple[list[bytes], bytes]:
     """Each value's JSON as orjson writes it, and the template slot that takes it. One
     ``orjson.dumps`` of the whole column, split where no value can hold the separator: a
     comma between numbers, booleans and nulls; ``","`` between strings (inside a string a
     quote is always escaped), whose quotes stay in the slot."""
-    values = _py(col)
+    values = py_values(col)
     if not values:
         return [], b"%s"
     if col.dtype != object:

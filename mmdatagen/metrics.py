@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -89,6 +89,7 @@ _INT_FIELDS = ("turn_index", "start_ns", "first_token_ns", "end_ns", "output_tok
                "input_tokens", "num_images", "image_hits", "image_misses", "server_ttft_ns",
                "response_end_ns", "predicted_hits", "http_status", "dispatch_index")
 _OBJ_FIELDS = ("conversation_id", "phase", "error", "x_request_id")
+_FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
 
 
 def _int_column(values: list) -> np.ndarray:
@@ -96,6 +97,15 @@ def _int_column(values: list) -> np.ndarray:
         return np.array(values, np.int64)
     except TypeError:  # None among them
         return np.array([NONE if v is None else v for v in values], np.int64)
+
+
+def py_values(col: np.ndarray) -> list:
+    """A column as Python values, None for :data:`NONE`."""
+    if col.dtype != np.int64 or not (missing := col == NONE).any():
+        return col.tolist()
+    out = col.astype(object)
+    out[missing] = None
+    return out.tolist()
 
 
 class RecordTable:
@@ -164,11 +174,8 @@ class RecordTable:
     def records(self, index: np.ndarray | None = None) -> list[RequestRecord]:
         """The rows (all, or ``index``'s) as :class:`RequestRecord` objects."""
         t = self if index is None else self.take(index)
-        lists = {k: v.tolist() for k, v in t.cols.items()}
-        for name in _INT_FIELDS:
-            lists[name] = [None if v == NONE else v for v in lists[name]]
-        names = list(lists)
-        return [RequestRecord(**dict(zip(names, row))) for row in zip(*lists.values())]
+        return [RequestRecord(*row)
+                for row in zip(*(py_values(t.cols[name]) for name in _FIELD_ORDER))]
 
 
 def as_table(records: Sequence[RequestRecord] | RecordTable) -> RecordTable:
