@@ -57,7 +57,8 @@ def _hit_lines(cache: dict) -> list[str]:
                    f"{srv['queries']:,} = {srv['hit_rate']:.1%}")
     if pred and pred.get("hit_rate") is not None:
         out.append(f"Image cache hits (predicted, {pred.get('model', '?')}, "
-                   f"{pred.get('cache_gb', '?')} GiB): {pred['hits']:,}/{pred['references']:,}"
+                   f"{pred.get('capacity', '?')} {pred.get('unit', 'GiB')}): "
+                   f"{pred['hits']:,}/{pred['references']:,}"
                    f" = {pred['hit_rate']:.1%}")
         out += band_lines(pred.get("band"))
     elif pred and pred.get("note"):

@@ -247,8 +247,8 @@ def test_url_sweep_on_a_server_without_metrics_says_so_once(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--concurrency", "1,x"], "comma-separated"),
-    (["--concurrency", "0"], "at least 1"),
+    (["--concurrency", "1,x"], "has a bad value 'x'"),
+    (["--concurrency", "0"], "--concurrency must be >= 1"),
     (["--sim-param", "nope=1"], "profile field"),
     (["--repeats", "0"], "--repeats"),
     (["--url", "http://127.0.0.1:9", "--model", "m", "--cache-gb", "1,2"], "simulator"),

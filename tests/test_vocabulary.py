@@ -144,5 +144,41 @@ def test_one_list_parser():
     assert set(found) <= allowed, sorted(set(found) - allowed)
 
 
+def test_one_resolver_per_target_and_its_unit():
+    from mmdatagen.caches import get_target
+    from mmdatagen.errors import UserError
+
+    enc, dyn = get_target("vllm-encoder"), get_target("dynamo-embedding")
+    assert (enc.unit, dyn.unit) == ("tokens", "GiB")
+    assert enc.resolve(None) == enc.default_capacity and enc.resolve(512) == 512
+    assert enc.size_text(4096) == "4096 tokens" and dyn.size_text(None) == "10 GiB"
+    with pytest.raises(UserError, match="finite"):
+        dyn.resolve(float("nan"))
+
+
+def test_units_are_printed_from_the_target(run_cli, tmp_path):
+    """The console names the cache target's unit, not GiB for every cache."""
+    from mmdatagen.console import _hit_lines
+
+    data = tmp_path / "d.jsonl"
+    assert run_cli("pool", "-n", 6, "--pool-size", 3, "--image-size", "32x32", "--text-tokens", 3,
+                   "--tokenizer", "words", "-o", data, "-q").exit_code == 0
+    res = run_cli("simulate", data, "--profile", "zero-delay", "--cache", "vllm-encoder",
+                  "--cache-size", "1000,3000")
+    assert res.exit_code == 0 and res.output.startswith("Cache tokens "), res.output
+    res = run_cli("simulate", data, "--profile", "zero-delay", "--sweep-cache-gb", "0,1")
+    assert res.exit_code == 0 and res.output.startswith("Cache GiB "), res.output
+    res = run_cli("ab", "--input-file", data, "--profile", "zero-delay", "--request-count", 2,
+                  "--warmup-request-count", 0, "--extra-inputs", "max_tokens:2", "--no-report",
+                  "--a-cache-gb", 2, "--b-sim-arg=--cache=vllm-encoder", "--output-dir",
+                  tmp_path / "ab")
+    assert res.exit_code == 0, res.output
+    assert "(profile zero-delay, cache dynamo-embedding 2 GiB)" in res.output
+    assert "(profile zero-delay, cache vllm-encoder 0 tokens)" in res.output
+    pred = {"hit_rate": 0.5, "hits": 1, "references": 2, "model": "m", "capacity": 4096,
+            "unit": "tokens"}
+    assert "(predicted, m, 4096 tokens): 1/2" in _hit_lines({"predicted": pred})[0]
+
+
 if __name__ == "__main__":  # the table for a review: python tests/test_vocabulary.py
     print(flag_table())

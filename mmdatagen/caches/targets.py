@@ -59,6 +59,17 @@ class CacheTarget:
         cache, alone or as the front tier): the model needs the release event."""
         return self.eviction == "freeable" or self.front is not None
 
+    def resolve(self, size: float | None) -> float:
+        """THE capacity of this cache for a size given in its own unit (``--cache-size``, field
+        ``cache_size`` everywhere): the size, or the target's default when none is given."""
+        size = self.default_capacity if size is None else size
+        self.capacity(size)  # finite and >= 0, or one error
+        return size
+
+    def size_text(self, size: float | None) -> str:
+        """A capacity as people read it, in this cache's unit: ``10 GiB``, ``4096 tokens``."""
+        return f"{self.resolve(size):g} {self.unit}"
+
     def capacity(self, value: float) -> int:
         """A capacity in this cache's own unit -> the unit entries are sized in (bytes/tokens)."""
         if not math.isfinite(value) or value < 0:

@@ -65,9 +65,12 @@ def ab(**v: Any) -> None:
     load, runs = make(Load, v), make(AbRuns, v)
 
     def started(tag: str, label: str, cfg: Any) -> None:
-        if not load.quiet:
+        from ..loadgen.run import simulator_spec
+        from ..sim.study import cache_text
+
+        if not load.quiet:  # the cache in its target's unit, --sim-arg overrides included
             click.echo(f"== run {tag.upper()}: {label} (profile {cfg.profile}, cache "
-                       f"{cfg.cache_gb:g} GiB)", err=True)
+                       f"{cache_text(simulator_spec(cfg))})", err=True)
 
     def done(tag: str, result: Any) -> None:
         if not load.quiet:

@@ -41,7 +41,7 @@ def simulate(dataset: Path, **v: Any) -> None:
     if run.quiet:
         return
     if study.sweep is not None:
-        click.echo(sweep_table(study.sweep))
+        click.echo(sweep_table(study.sweep, study.unit))
         click.echo("(simulated: mmdatagen's performance model, not a measurement)")
     elif study.export is not None and study.cache is not None:
         click.echo(console_table(study.export))

@@ -295,7 +295,7 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: Any = None
         note = f"no cache prediction: {exc}"
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
-    capacity = target.default_capacity if cfg.cache_gb is None else cfg.cache_gb
+    capacity = target.resolve(cfg.cache_gb)
     front = front_budget(target, model, front, batched)
     return ImageTracker(model, target, capacity, encoder, front), None
 

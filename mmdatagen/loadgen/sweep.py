@@ -269,7 +269,7 @@ def _load_done(run_dir: Path) -> Export | None:
 
 def _capacity(prof: Profile, cache_gb: float | None) -> float:
     """The cache size a run uses: the given one, else the profile's cache target's default."""
-    return prof.cache_target().default_capacity if cache_gb is None else cache_gb
+    return prof.cache_target().resolve(cache_gb)
 
 
 def run_virtual(bc: BenchConfig, prof: Profile, predicted: dict[str, Any] | None) -> Export:

@@ -197,9 +197,10 @@ def pareto_figure(points: list[SweepPoint], stat: str, key: str) -> Figure:
     return fig.colored()
 
 
-def cache_size_figure(points: list[SweepPoint], key: str = "sweep_hit_rate"
+def cache_size_figure(points: list[SweepPoint], key: str = "sweep_hit_rate", unit: str = "GiB"
                       ) -> Figure | None:
-    """Hit rate against cache size, measured beside predicted (only when cache size varies)."""
+    """Hit rate against cache size (in the cache target's ``unit``), measured beside predicted
+    (only when cache size varies)."""
     sizes = {p["params"].get("cache_gb") for p in points}  # float (SweepGrid), when swept
     if len(sizes) < 2:
         return None
@@ -207,7 +208,7 @@ def cache_size_figure(points: list[SweepPoint], key: str = "sweep_hit_rate"
     for p in points:
         rest = ", ".join(f"{k}={v}" for k, v in p["params"].items() if k != "cache_gb")
         groups.setdefault(rest, []).append(p)
-    fig = Figure(key, "image cache hit rate vs cache size", "cache (GiB)", "hit rate (%)",
+    fig = Figure(key, "image cache hit rate vs cache size", f"cache ({unit})", "hit rate (%)",
                  y_min=0.0, y_max=100.0, x_min=0.0)
     for rest, pts in groups.items():
         pts = sorted(pts, key=lambda p: float(p["params"]["cache_gb"]))

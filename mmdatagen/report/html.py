@@ -355,7 +355,10 @@ def sweep_report(doc: SweepDoc, representatives: dict[str, dict[str, Any]] | Non
         F.pareto_figure(points, "p99", "pareto_ttft_p99")],
         note="Each point is a sweep point (mean of its repeats); the dashed line joins the points "
              "no other point beats on both throughput and TTFT.")
-    rep.add_figures("Hit rate against cache size", [F.cache_size_figure(points)],
+    unit = next((u for ex in (representatives or {}).values()
+                 if (u := ((ex.get("image_cache") or {}).get("predicted") or {}).get("unit"))),
+                "GiB")  # the sizes' unit: their cache target's, as the predictions name it
+    rep.add_figures("Hit rate against cache size", [F.cache_size_figure(points, unit=unit)],
                     note="Measured: the simulator's/server's hits over the profiling requests; "
                          "predicted: each run's prediction (the loader's replay of the requests "
                          "it sent; with --virtual, mmdatagen analyze's LRU in file order).")

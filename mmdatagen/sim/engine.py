@@ -103,8 +103,7 @@ class Engine:
         with the profile's token budget."""
         self.p = profile
         self.target = profile.cache_target()
-        if capacity is None:
-            capacity = self.target.default_capacity
+        capacity = self.target.resolve(capacity)
         self.capacity = capacity
         self.cache = _engine_cache(profile, self.target, capacity, model)
         self.cache_seq = 0  # cache events so far: lookups and finishes, in the order they happen

@@ -22,6 +22,13 @@ def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
         token_budget=engine.token_budget, encoder_budget=cache.encoder_budget)
 
 
+def cache_text(settings: Any) -> str:
+    """A simulator's cache (``spec.sim.Simulator``) as people read it, in its target's unit:
+    ``dynamo-embedding 10 GiB``, ``vllm-encoder 8192 tokens``."""
+    target = load_engine_profile(settings.engine, settings.cache).cache_target()
+    return f"{target.name} {target.size_text(settings.cache.cache_size)}"
+
+
 def engine_model(prof: Profile, geometry: Geometry | None):
     """The model whose geometry the simulator sizes images with: the profile's, or a local
     folder / geometry values given on the command line."""
@@ -65,6 +72,7 @@ class Study:
     cache: dict | None = None
     sweep: list[dict] | None = None
     profile: str = ""
+    unit: str = "GiB"  # of the cache sizes: the profile's cache target's
 
 
 def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
@@ -84,7 +92,7 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
               model=engine_model(prof, geometry))
     if sweep.cache_size:
         return Study(sweep=_sweep(Path(dataset), prof, sweep.sizes(), run, kw),
-                     profile=prof.name)
+                     profile=prof.name, unit=prof.cache_target().unit)
     return _one(Path(dataset), prof, cache, run, extra, concurrency, kw)
 
 
@@ -94,7 +102,7 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     from .virtual import run_simulation
 
     target = prof.cache_target()
-    capacity = target.default_capacity if cache.cache_size is None else cache.cache_size
+    capacity = target.resolve(cache.cache_size)
     res = run_simulation(dataset, prof, capacity, concurrency, run.request_count,
                          run.warmup_request_count, kw["policy"], run.streaming, run.request_rate,
                          run.arrival, run.seed, model=kw["model"], burstiness=run.burstiness,

@@ -341,7 +341,7 @@ def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency
                     ramp_to=ramp_to)
 
 
-SWEEP_COLUMNS = (("cache_gb", "Cache GiB"), ("hit_rate", "Hit rate %"),
+SWEEP_COLUMNS = (("cache_gb", "Cache {unit}"), ("hit_rate", "Hit rate %"),
                  ("output_token_throughput", "Output TPS"), ("time_to_first_token", "TTFT avg ms"),
                  ("ttft_p50", "TTFT p50 ms"), ("inter_token_latency", "ITL avg ms"),
                  ("request_latency", "Latency avg ms"))
@@ -370,12 +370,12 @@ def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], *
     return rows
 
 
-def sweep_table(rows: list[dict]) -> str:
-    """Plain-text table of :func:`sweep_cache` rows."""
+def sweep_table(rows: list[dict], unit: str = "GiB") -> str:
+    """Plain-text table of :func:`sweep_cache` rows; sizes in the cache target's ``unit``."""
     cols: tuple[tuple[str, str], ...] = SWEEP_COLUMNS
     if rows and "encoder_hits" in rows[0]:
         cols = (*cols[:2], ("encoder_hits", "Encoder-cache hits"), *cols[2:])
-    head = [h for _, h in cols]
+    head = [h.format(unit=unit) for _, h in cols]
     body = [[("-" if r[k] is None else f"{r[k]:,.2f}" if k not in ("cache_gb", "encoder_hits")
               else f"{r[k]:g}") for k, _ in cols] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
