@@ -81,31 +81,30 @@ class SimRequest:
         self.finish_seq: int | None = None
 
 
-def _engine_cache(profile: Profile, target: CacheTarget, capacity: float,
+def _engine_cache(profile: Profile, target: CacheTarget, cache_size: float,
                   model: VisionModel | None) -> CacheModel:
     if target.front is None:
-        return make_target_cache(target, None, target.capacity(capacity))
+        return make_target_cache(target, None, target.capacity(cache_size))
     from ..vlm import resolve_model
 
     model = model or resolve_model(profile.model)
     budget = front_budget(target, model, profile.encoder_budget, profile.token_budget)
-    return make_target_cache(target, model, target.capacity(capacity), budget)
+    return make_target_cache(target, model, target.capacity(cache_size), budget)
 
 
 class Engine:
     """Waiting queue, running batch, embedding cache and the serial frontend of one worker."""
 
-    def __init__(self, profile: Profile, capacity: float | None,
+    def __init__(self, profile: Profile, cache_size: float | None,
                  model: VisionModel | None = None) -> None:
-        """``capacity`` is in the unit of the profile's cache target (GiB, MiB or tokens);
+        """``cache_size`` is in the unit of the profile's cache target (GiB, MiB or tokens);
         None: the target's default. A two-tier target's front (vLLM's encoder cache) is the
         profile's ``encoder_budget``, else vLLM's rule for ``model`` (default: the profile's)
         with the profile's token budget."""
         self.p = profile
         self.target = profile.cache_target()
-        capacity = self.target.resolve(capacity)
-        self.capacity = capacity
-        self.cache = _engine_cache(profile, self.target, capacity, model)
+        self.cache_size = self.target.resolve(cache_size)
+        self.cache = _engine_cache(profile, self.target, self.cache_size, model)
         self.cache_seq = 0  # cache events so far: lookups and finishes, in the order they happen
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []

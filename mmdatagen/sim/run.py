@@ -93,7 +93,7 @@ async def serve_forever(sim: SimServer, host: str, port: int, ready_file: Path |
             atomic_write_bytes(ready_file, json.dumps({"url": url, "port": bound,
                                                        "pid": os.getpid()}).encode())
         print(f"mmdatagen serve: listening on {url} (profile {sim.p.name}, "
-              f"cache {sim.engine.target.name} {sim.cache_gb:g} {sim.engine.target.unit}, "
+              f"cache {sim.engine.target.name} {sim.cache_size:g} {sim.engine.target.unit}, "
               f"time scale {sim.scale:g}; "
               "a performance model, not a language model)", flush=True)
         await stop.wait()

@@ -117,15 +117,15 @@ async def _stamp_clock(request: web.Request, response: web.StreamResponse) -> No
 class SimServer:
     """State and handlers of one simulator instance."""
 
-    def __init__(self, profile: Profile, cache_gb: float | None, time_scale: float = 1.0,
+    def __init__(self, profile: Profile, cache_size: float | None, time_scale: float = 1.0,
                  faults: FaultConfig | None = None, api_key: str | None = None,
                  served_names: tuple[str, ...] = (), model: VisionModel | None = None) -> None:
-        """``cache_gb``: the capacity of the profile's cache target, in that target's unit
+        """``cache_size``: the capacity of the profile's cache target, in that target's unit
         (None: the target's default)."""
         self.p = profile
         self.model = model or resolve_model(profile.model)
-        self.engine = Engine(profile, cache_gb, self.model)
-        self.cache_gb = self.engine.capacity
+        self.engine = Engine(profile, cache_size, self.model)
+        self.cache_size = self.engine.cache_size
         # per X-Request-ID: [lookup event, finish event] of the cache timeline (bounded)
         self.timeline: OrderedDict[str, list[int | None]] = OrderedDict()
         self.driver = RealtimeDriver(self.engine, time_scale)

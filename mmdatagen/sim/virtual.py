@@ -182,11 +182,11 @@ class _Phase:
 class _VirtualRun:
     """Slots replaying sessions causally against one engine, in virtual milliseconds."""
 
-    def __init__(self, turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
+    def __init__(self, turns: list[SimTurn], profile: Profile, cache_size: float, concurrency: int,
                  policy: OutputPolicy, streaming: bool, wrap: bool,
                  model: VisionModel | None = None) -> None:
         self.profile, self.policy, self.streaming = profile, policy, streaming
-        self.eng = Engine(profile, cache_gb, model)
+        self.eng = Engine(profile, cache_size, model)
         self.sessions = _Sessions(turns, wrap)
         self.slots: list[list] = [[None, None, 0] for _ in range(concurrency)]  # label, rows, next
         self.records: list = []
@@ -297,7 +297,7 @@ class _VirtualRun:
             response_end_ns=round(r.end_t * 1e6)))
 
 
-def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrency: int,
+def simulate(turns: list[SimTurn], profile: Profile, cache_size: float, concurrency: int,
              request_count: int, warmup_count: int = 0, policy: OutputPolicy | None = None,
              streaming: bool = True, wrap: bool = True, request_rate: float | None = None,
              arrival: str = "poisson", seed: int = 0,
@@ -318,7 +318,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
                  warmup_request_count=warmup_count, request_rate=request_rate)
     policy = policy or OutputPolicy()
     policy.check(turns, profile)
-    run = _VirtualRun(turns, profile, cache_gb, concurrency, policy, streaming, wrap, model)
+    run = _VirtualRun(turns, profile, cache_size, concurrency, policy, streaming, wrap, model)
     run.run_phase("warmup", warmup_count, None)
     pacer = make_pacer(request_rate, arrival, seed, unit=1000.0, burstiness=burstiness,
                        ramp_to=ramp_to, count=request_count)
@@ -326,7 +326,7 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_gb: float, concurrenc
     return SimResult(run.records, run.eng, run.t)
 
 
-def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency: int,
+def run_simulation(dataset: Path, profile: Profile, cache_size: float, concurrency: int,
                    request_count: int | None, warmup_count: int, policy: OutputPolicy,
                    streaming: bool = True, request_rate: float | None = None,
                    arrival: str = "poisson", seed: int = 0,
@@ -334,7 +334,7 @@ def run_simulation(dataset: Path, profile: Profile, cache_gb: float, concurrency
                    ramp_to: float | None = None) -> SimResult:
     """``request_count`` None: one pass over the dataset (every session completes)."""
     turns = load_turns(dataset, profile, model)
-    return simulate(turns, profile, cache_gb, concurrency,
+    return simulate(turns, profile, cache_size, concurrency,
                     request_count if request_count else len(turns), warmup_count, policy,
                     streaming, wrap=request_count is not None, request_rate=request_rate,
                     arrival=arrival, seed=seed, model=model, burstiness=burstiness,
