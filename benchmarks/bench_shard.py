@@ -1,0 +1,310 @@
+"""Sharded load workers and merge-runs, measured in one run (ratios, not timed tests).
+
+    python benchmarks/bench_shard.py                 # all three parts
+    python benchmarks/bench_shard.py --skip rate     # only merge-runs and client-added TTFT
+
+1. rate: requests/s that 1 and 2 load workers (``bench --num-shards``) sustain against a sink
+   server that reads each request and answers at once (a few bytes of SSE), with small requests
+   (one 32x32 inline image, 32 words) and high concurrency, so the loader's own work is what
+   limits. Goal: 2 workers >= 1.8 x 1 (bounded by cores, not by coordination). Printed beside
+   the rates: the CPU seconds of every worker and of the server, the cores they kept busy and
+   the requests per loader CPU-second (equal for 1 and 2 workers when nothing but CPU limits).
+   The server runs on the same 2 cores: 2 workers can reach 2x only if the server takes none.
+2. merge: ``mmdatagen merge-runs`` over 1,000,000 records from 4 workers, as a subprocess:
+   wall seconds, CPU seconds and peak RSS (getrusage of the child). Goal: <= 10 s, <= 1 GB.
+   The workers' folders are synthetic but shaped as bench writes them (records.jsonl lines of
+   ~1 KB with their metrics, a few failed requests, warmup); measured once without and once
+   with the cache items bench writes for the merged prediction (the prediction's replay and
+   order band are reported apart).
+3. ttft: client-added TTFT (client TTFT minus the server's own, from the simulator's header)
+   of a 2-worker merged run beside a single-process run of the same benchmark on ``serve``.
+
+The machine is shared: the load average is printed with every measurement, and CPU seconds
+beside wall seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PY = [sys.executable, "-m", "mmdatagen"]
+MODEL = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
+SINK = r'''
+import asyncio, sys, time
+BODY = (b"data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"index\":0}]}\n\n"
+        b"data: [DONE]\n\n")
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n"
+class Sink(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.t, self.buf = transport, b""
+    def data_received(self, data):
+        self.buf += data
+        while (i := self.buf.find(b"\r\n\r\n")) >= 0:
+            head = self.buf[:i].lower()
+            j = head.find(b"content-length:")
+            n = int(head[j + 15:].split(b"\r\n", 1)[0]) if j >= 0 else 0
+            if len(self.buf) < i + 4 + n:
+                return
+            self.buf = self.buf[i + 4 + n:]
+            self.t.write(HEAD % len(BODY) + b"x-mmdatagen-server-time-ns: %d\r\n\r\n"
+                         % time.time_ns() + BODY)
+async def main():
+    srv = await asyncio.get_running_loop().create_server(Sink, "127.0.0.1", 0)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await srv.serve_forever()
+try:
+    import uvloop
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
+'''
+# runs argv as a child and prints its wall time and getrusage (the child's alone)
+MEASURE = r'''
+import json, resource, subprocess, sys, time
+t = time.perf_counter()
+rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
+wall = time.perf_counter() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": rc, "wall": wall, "cpu": r.ru_utime + r.ru_stime,
+                  "rss_mib": r.ru_maxrss / 1024}))
+'''
+
+
+def _load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
+def _run(args: list, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*PY, *map(str, args)], check=True, capture_output=True, text=True,
+                          timeout=1800, **kw)
+
+
+def _measured(argv: list) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", MEASURE, *map(str, argv)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _result(p: subprocess.Popen) -> dict:
+    out, _ = p.communicate(timeout=1800)
+    res = json.loads(out)
+    assert res["rc"] == 0, res
+    return res
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _workers(n: int, common: list, out: Path, sink_pid: int | None = None
+             ) -> tuple[list[float], float, Path]:
+    """n workers of one benchmark started together (``--start-at``; one plain bench for n=1):
+    each worker's CPU seconds from the common start to its exit (``os.wait4``), the server's
+    over the same time (``sink_pid``), and the folder of the (merged) export."""
+    start = time.time() + 8  # cold processes on a busy machine
+    shard = (lambda k: ["--num-shards", n, "--shard-index", k]) if n > 1 else (lambda k: [])
+    procs = [subprocess.Popen([*PY, "bench", *map(str, [*common, *shard(k), "--start-at", start,
+                                                         "--output-dir", out / f"w{k}"])])
+             for k in range(n)]
+    time.sleep(max(0.0, start - time.time()))
+    at_start = [_cpu_of(p.pid) for p in procs]
+    server = _cpu_of(sink_pid) if sink_pid else 0.0
+    cpu = []
+    for p, c0 in zip(procs, at_start):
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        assert p.returncode == 0, f"worker exited {p.returncode}"
+        cpu.append(usage.ru_utime + usage.ru_stime - c0)
+    server = (_cpu_of(sink_pid) - server) if sink_pid else 0.0
+    if n == 1:
+        return cpu, server, out / "w0"
+    _run(["merge-runs", *(out / f"w{k}" for k in range(n)), "--output-dir", out / "merged",
+          "-q", "--no-report"])
+    return cpu, server, out / "merged"
+
+
+def part_rate(tmp: Path, requests: int, concurrency: int) -> None:
+    data = tmp / "small.jsonl"
+    _run(["pool", "-n", 256, "--pool-size", 16, "--image-size", "32x32", "--image-content",
+          "solid", "--delivery", "data-url", "--text-tokens", 32, "--tokenizer", "words",
+          "-o", data, "-q"])
+    sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    assert sink.stdout is not None
+    url = f"http://127.0.0.1:{sink.stdout.readline().strip()}"
+    common = ["--input-file", data, "--url", url, "--model", MODEL, "--concurrency",
+              concurrency, "--request-count", requests, "--no-predict", "-q", "--no-report"]
+    rates, per_cpu, server_share = {}, {}, {}
+    try:
+        for n in (1, 2):
+            load = _load()
+            cpu, server, folder = _workers(n, common, tmp / f"rate{n}", sink.pid)
+            ex = json.loads((folder / "profile_export_mmdatagen.json").read_text())
+            rates[n] = ex["request_throughput"]["avg"]
+            span, done = ex["benchmark_duration"]["avg"], ex["request_count"]["avg"]
+            per_cpu[n] = done / sum(cpu)
+            server_share[n] = server / sum(cpu)
+            print(f"{n} worker{'s' if n > 1 else ' '}: {rates[n]:7.0f} req/s over {span:.2f} s "
+                  f"({done} requests, {ex['error_request_count']['avg']} failed); from the start "
+                  f"on: loader CPU {' + '.join(f'{c:.2f}' for c in cpu)} s "
+                  f"({per_cpu[n]:.0f} req per loader CPU-s), server CPU {server:.2f} s; cores "
+                  f"busy: loaders {sum(cpu) / span:.2f} + server {server / span:.2f} of 2; "
+                  f"{_load()} (was {load})")
+        print(f"ratio 2 workers / 1 worker: {rates[2] / rates[1]:.2f} (goal >= 1.8); requests "
+              f"per loader CPU-second, 2 / 1: {per_cpu[2] / per_cpu[1]:.2f} (1.00: no cost of "
+              "coordination)")
+        # on 2 idle cores: 1 worker has a core to itself, 2 workers share both with the server
+        share = server_share[1]
+        print(f"bounded by cores: the server spends {share:.2f} CPU-s per loader CPU-s, so on 2 "
+              f"idle cores 2 workers reach at most 2 / (1 + {share:.2f}) = {2 / (1 + share):.2f}"
+              " x one worker's rate")
+    finally:
+        sink.terminate()
+        sink.wait(timeout=30)
+
+
+def fake_workers(tmp: Path, total: int, workers: int, cache_items: bool) -> list[Path]:
+    """Worker folders as ``bench --num-shards`` writes them, from seeded draws: the export with
+    its shard, records.jsonl (by start time), and cache_items.jsonl when ``cache_items``."""
+    import numpy as np
+    import orjson
+
+    from mmdatagen.caches import get_target
+    from mmdatagen.export import record_lines
+    from mmdatagen.io.imageref import entry_size
+    from mmdatagen.loadgen.predict import CACHE_ITEMS_NAME
+    from mmdatagen.metrics import RecordTable
+    from mmdatagen.vlm import resolve_model
+
+    target, model = get_target("dynamo-embedding"), resolve_model(MODEL)
+    sizes = [entry_size(target, model, w, h) for w, h in ((640, 480), (1280, 720), (2400, 1080))]
+    rng = np.random.default_rng(0)
+    dirs = []
+    for k in range(workers):
+        d = tmp / f"worker-{k}"
+        d.mkdir(parents=True)
+        n = total * (k + 1) // workers - total * k // workers
+        i = np.arange(n)
+        start = 10**12 + k * 7_777 + np.cumsum(rng.exponential(250_000.0, n).astype(np.int64))
+        ttft = rng.gamma(4.0, 500_000.0, n).astype(np.int64)
+        dur = rng.gamma(3.0, 10_000_000.0, n).astype(np.int64)
+        fail = i % 997 == 13
+        images = rng.integers(0, 4, n)
+        hits = rng.binomial(images, 0.3)
+        none = np.full(n, None, object)
+
+        def ok(v: np.ndarray, fail: np.ndarray = fail) -> list:
+            return np.where(fail, None, v).tolist()
+
+        table = RecordTable.from_columns({
+            "conversation_id": [f"conv-{k}-{j // 4:07d}" for j in range(n)],
+            "turn_index": (i % 4).tolist(), "phase": np.where(i < 50, "warmup", "profiling")
+            .astype(object).tolist(), "start_ns": start.tolist(),
+            "first_token_ns": ok(start + ttft), "end_ns": ok(start + ttft + dur),
+            "response_end_ns": ok(start + ttft + dur + 40_000),
+            "output_tokens": np.where(fail, 0, rng.integers(8, 256, n)).tolist(),
+            "input_tokens": (900 + 700 * images).tolist(), "num_images": images.tolist(),
+            "error": np.where(fail, {"type": "HTTPError", "code": 500,
+                                     "message": "Internal Server Error"}, none).tolist(),
+            "image_hits": ok(hits), "image_misses": ok(images - hits),
+            "server_ttft_ns": ok(ttft - 150_000), "x_request_id":
+                [f"{k:08x}-{j:04x}-4{j % 4096:03x}-8{j % 3331:03x}-{j * 7919:012x}"[:36]
+                 for j in range(n)], "http_status": np.where(fail, 500, 200).tolist(),
+            "dispatch_index": i.tolist()})
+        with open(d / "records.jsonl", "wb") as fh:
+            fh.writelines(record_lines(table))
+        if cache_items:
+            keys = rng.integers(0, 20_000, (n, 3))
+            with open(d / CACHE_ITEMS_NAME, "wb") as fh:
+                fh.write(orjson.dumps({"target": target.name, "cache_size": 10.0,
+                                       "front": 16384,
+                                       "bytes_per_token": model.bytes_per_token,
+                                       "model": model.name}) + b"\n")
+                for j in range(n):
+                    items = [[f"{x:032x}", sizes[x % 3]] for x in keys[j, :images[j]].tolist()]
+                    fh.write(orjson.dumps({"dispatch_index": j, "x_request_id":
+                                           table.x_request_id[j], "images": int(images[j]),
+                                           "items": items, "seqs": None}) + b"\n")
+        shard = {"index": k, "count": workers, "settings_blake3": "s", "dataset_blake3": "d",
+                 "wall_offset_ns": 1_700_000_000_000_000_000 + 1_000 * k, "dispatched": n,
+                 "clock": {"source": "simulator clock header", "offset_ns": -250 * k,
+                           "uncertainty_ns": 40_000}}
+        export = {"input_config": {"model": MODEL, "concurrency": 64, "shard_index": k},
+                  "run_info": {"shard": shard}, "was_cancelled": False}
+        (d / "profile_export_mmdatagen.json").write_bytes(orjson.dumps(export))
+        dirs.append(d)
+    return dirs
+
+
+def part_merge(tmp: Path, records: int, with_items: bool) -> None:
+    for items in (False, True) if with_items else (False,):
+        t = time.perf_counter()
+        dirs = fake_workers(tmp / f"items{int(items)}", records, 4, items)
+        made = time.perf_counter() - t
+        load = _load()
+        res = _result(_measured([*PY, "merge-runs", *dirs, "--output-dir",
+                                 tmp / f"merged{int(items)}", "-q", "--no-report"]))
+        size = sum((d / "records.jsonl").stat().st_size for d in dirs) / 1e9
+        what = "with cache items (merged prediction)" if items else "records + exports"
+        print(f"merge-runs, {records:,} records from 4 workers ({size:.2f} GB of records.jsonl,"
+              f" {what}): {res['wall']:.1f} s wall, {res['cpu']:.1f} s CPU, peak "
+              f"{res['rss_mib']:.0f} MiB (goals: <= 10 s: {res['wall'] / 10:.2f} of it, CPU "
+              f"{res['cpu'] / 10:.2f}; <= 1 GB: {res['rss_mib'] / 1024:.2f} of it); {load} "
+              f"(inputs written in {made:.0f} s)")
+
+
+def part_ttft(tmp: Path) -> None:
+    data = tmp / "seed.jsonl"
+    _run(["pool", "-n", 400, "--pool-size", 80, "-o", data, "-q"])
+    ready = tmp / "ready.json"
+    serve = subprocess.Popen([*PY, "serve", "--port", "0", "--ready-file", str(ready)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not ready.exists() or not ready.read_text().strip().endswith("}"):
+            assert serve.poll() is None, "serve exited"
+            time.sleep(0.1)
+        url = json.loads(ready.read_text())["url"]
+        common = ["--input-file", data, "--url", url, "--model", MODEL, "--concurrency", 32,
+                  "--extra-inputs", "max_tokens:16", "-q", "--no-report", "--reset-cache"]
+        _workers(1, common, tmp / "single")
+        _workers(2, common, tmp / "two")
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    for name, folder in (("single", tmp / "single" / "w0"), ("merged", tmp / "two" / "merged")):
+        ex = json.loads((folder / "profile_export_mmdatagen.json").read_text())
+        c = ex.get("client_added_ttft") or {}
+        print(f"client-added TTFT, {name:6}: avg {c.get('avg', float('nan')):.2f} ms, "
+              f"p50 {c.get('p50', float('nan')):.2f} ms, p99 {c.get('p99', float('nan')):.2f} ms"
+              f" (TTFT p50 {ex['time_to_first_token']['p50']:.1f} ms, "
+              f"{ex['request_count']['avg']} requests)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["rate", "merge", "ttft"])
+    ap.add_argument("--requests", type=int, default=20_000, help="rate: requests per run")
+    ap.add_argument("--concurrency", type=int, default=64, help="rate: total concurrency")
+    ap.add_argument("--records", type=int, default=1_000_000, help="merge: records")
+    ap.add_argument("--no-items", action="store_true", help="merge: skip the cache items run")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        parts = (("rate", lambda: part_rate(tmp / "rate", args.requests, args.concurrency)),
+                 ("merge", lambda: part_merge(tmp / "merge", args.records, not args.no_items)),
+                 ("ttft", lambda: part_ttft(tmp / "ttft")))
+        for name, part in parts:
+            if name not in args.skip:
+                (tmp / name).mkdir()
+                part()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
