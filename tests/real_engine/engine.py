@@ -116,9 +116,31 @@ def launch(cmd: list[str], env: dict[str, str], log_path: Path
     return proc, watchdog
 
 
+def group_shared_memory(pgid: int) -> set[str]:
+    """Names of the multiprocessing shared-memory segments (``/dev/shm/psm_*``) the processes of
+    group ``pgid`` have mapped."""
+    names: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pgid:
+                continue
+            with open(f"/proc/{entry}/maps") as fh:
+                for line in fh:
+                    _, sep, rest = line.partition("/dev/shm/")
+                    if sep and rest.startswith("psm_"):
+                        names.add(rest.split()[0])
+        except (OSError, ValueError):
+            continue
+    return names
+
+
 def stop_group(proc: subprocess.Popen | None, watchdog: subprocess.Popen | None) -> None:
     """SIGTERM the process group, SIGKILL it when it lingers (children may outlive the leader),
-    then end the watchdog."""
+    then end the watchdog. Shared-memory segments the group had mapped and left behind (vLLM
+    force-kills its engine core, which then cannot unlink its message queues) are removed."""
+    segments = group_shared_memory(proc.pid) if proc is not None and proc.poll() is None else set()
     if proc is not None and proc.poll() is None:
         for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
             try:
@@ -138,6 +160,11 @@ def stop_group(proc: subprocess.Popen | None, watchdog: subprocess.Popen | None)
     if watchdog is not None and watchdog.poll() is None:
         watchdog.kill()
         watchdog.wait()
+    for name in segments:
+        try:
+            os.unlink(f"/dev/shm/{name}")
+        except OSError:
+            pass
 
 
 class ServerLog:
