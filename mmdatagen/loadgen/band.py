@@ -24,8 +24,8 @@ order, one of them. Three methods, the first that applies:
    ``x``'s visits that is *yes* when even every request that may lie between fits, *no* when
    those that certainly lie between already do not, else *maybe* (exact distinct-size range
    sums, an offline merge-sort tree). A key's hits are the sum over its consecutive visits; its
-   lowest and highest are searched over every order of its visits (exhaustively within a group
-   of at most ``GROUP`` entangled visits, each visit's worst and best predecessor beyond).
+   lowest and highest are searched over every order of its visits (placed sets and the last
+   visit; past ``GROUP_STATES`` states, each visit's worst and best predecessor).
    Keys are bounded one by one, so the sums can only widen: ``low`` is at most, and ``high`` at
    least, any consistent order's hits.
 3. Coarse bound, for the other targets past the search (FIFO, vLLM's encoder cache, Dynamo's
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-GROUP = 7  # visits of one key searched exhaustively (7! orders at most)
+GROUP_STATES = 20_000  # states of the search over one key's entangled visits, else a bound
 YES, MAYBE, NO = 2, 1, 0
 
 
@@ -390,32 +390,45 @@ def _enter(prev: Bounds | None, entry: int, val: Callable[[int, int], tuple[floa
     return min(c[0] for c in cands), max(c[1] for c in cands)
 
 
-def _group_exhaustive(key: _Key, a: int, b: int, prev: Bounds | None,
-                      val: Callable[[int, int], tuple[float, float]]) -> Bounds:
-    """Every order of the visits ``a..b-1`` (a linear extension: a visit comes after the
-    visits certainly before it), from each possible entry."""
-    members = list(range(a, b))
-    must = {v: frozenset(u for u in members if key.f[u] < key.s[v]) for v in members}
-    out: Bounds = {}
-    layer: dict[tuple[frozenset, int], tuple[float, float]] = {}
-    for e in members:
-        if not must[e]:
-            layer[(frozenset([e]), e)] = _enter(prev, e, val)
-    for _ in range(len(members) - 1):
-        nxt: dict[tuple[frozenset, int], tuple[float, float]] = {}
-        for (done, last), (lo, hi) in layer.items():
-            for v in members:
-                if v in done or not must[v] <= done or last not in key.preds[v]:
+def _group_search(key: _Key, a: int, b: int, prev: Bounds | None,
+                  val: Callable[[int, int], tuple[float, float]]) -> Bounds | None:
+    """Every order of the visits ``a..b-1`` (a visit after those certainly before it), from
+    each possible entry: a search over placed sets (a first unplaced visit and the placed ones
+    past it: at most as many as may be open at once) and the last visit placed. None when
+    the states exceed ``GROUP_STATES``."""
+    layer: dict[tuple[int, frozenset[int], int], tuple[float, float]] = {}
+    for v in _visits_ready(key, a, b, frozenset()):
+        layer[(*_placed_after(a, frozenset(), v), v)] = _enter(prev, v, val)
+    for _ in range(b - a - 1):
+        nxt: dict[tuple[int, frozenset[int], int], tuple[float, float]] = {}
+        for (first, extra, last), (lo, hi) in layer.items():
+            for v in _visits_ready(key, first, b, extra):
+                if last not in key.preds[v]:
                     continue
                 vlo, vhi = val(last, v)
-                cur = nxt.get((done | {v}, v))
-                cand = (lo + vlo, hi + vhi)
-                nxt[(done | {v}, v)] = cand if cur is None else (min(cur[0], cand[0]),
-                                                                 max(cur[1], cand[1]))
+                state = (*_placed_after(first, extra, v), v)
+                cur = nxt.get(state)
+                nxt[state] = (lo + vlo, hi + vhi) if cur is None else (
+                    min(cur[0], lo + vlo), max(cur[1], hi + vhi))
+        if len(nxt) > GROUP_STATES:
+            return None
         layer = nxt
-    for (_, last), (lo, hi) in layer.items():
+    out: Bounds = {}
+    for (_, _, last), (lo, hi) in layer.items():
         cur = out.get(last)
         out[last] = (lo, hi) if cur is None else (min(cur[0], lo), max(cur[1], hi))
+    return out
+
+
+def _visits_ready(key: _Key, first: int, end: int, extra: frozenset[int]) -> list[int]:
+    """Visits that may come next: unplaced, after every visit certainly before them."""
+    out = []
+    for v in range(first, end):
+        if key.s[v] > key.f[first]:
+            break
+        if v in extra or any(u not in extra and key.f[u] < key.s[v] for u in range(first, v)):
+            continue
+        out.append(v)
     return out
 
 
@@ -442,8 +455,7 @@ def _key_bounds(key: _Key, val: Callable[[int, int], tuple[float, float]]) -> tu
     """The key's lowest and highest first-item hits over the orders of its visits."""
     prev: Bounds | None = None
     for a, b in key.groups:
-        search = _group_exhaustive if b - a <= GROUP else _group_bound
-        prev = search(key, a, b, prev, val)
+        prev = _group_search(key, a, b, prev, val) or _group_bound(key, a, b, prev, val)
     assert prev
     return min(lo for lo, _ in prev.values()), max(hi for _, hi in prev.values())
 
@@ -501,7 +513,7 @@ def stack_band(seq: _Seq, weights: Sequence[np.ndarray]) -> list[tuple[int, int]
 
 
 # -- the exact search: every consistent order, equal cache states merged ---------------------------
-SEARCH_BUDGET = 1_000_000  # cache steps the exact search may take before the bounds take over
+SEARCH_BUDGET = 400_000  # cache steps the exact search may take (about 10 s) before the bounds
 MEMO = 200_000  # remembered cache steps (equal states reached from different placed sets)
 COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
 Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
@@ -545,36 +557,46 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     """Lowest and highest hits (``gain[w, p]``: what a hit of request ``p``'s items is worth
     under weight vector ``w``) over every order of the events ``ev`` (sorted by window
     low) consistent with their windows, by a search over placed sets that keeps one copy of
-    equal cache states (the target's own model, pickled); None past ``budget`` steps."""
-    start = factory()
-    _quiet(start)
-    step_of = _Stepper(ev, items, fail)
+    equal cache states (the target's own model); None past ``budget`` steps."""
+    step_of = _stepper(ev, items, fail, factory)
     half = gain.shape[0]
     cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
-    layer: dict[tuple[int, frozenset[int], bytes], tuple[float, ...]] = {
-        (0, frozenset(), pickle.dumps(start)): (0.0,) * (2 * half)}
+    # placed set -> cache state id -> (lowest per weight..., highest per weight...)
+    layer: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {
+        (0, frozenset()): {step_of.start: (0.0,) * (2 * half)}}
     spent = 0
     for step in range(len(ev)):
-        nxt: dict[tuple[int, frozenset[int], bytes], tuple[float, ...]] = {}
-        for (first, extra, blob), val in layer.items():
+        nxt: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {}
+        for (first, extra), states in layer.items():
+            for q in _ready(ev, first, extra):
+                placed = _placed_after(first, extra, q)
+                _place(step_of, states, q, placed[0], cols[ev[q][3]],
+                       nxt.setdefault(placed, {}))
+                spent += len(states)
             if spent > budget:
                 return None
-            for q in _ready(ev, first, extra):
-                spent += 1
-                new_blob, got = step_of(blob, q)
-                worth = cols[ev[q][3]]
-                new = (tuple(v + got * g for v, g in zip(val[:half], worth))
-                       + tuple(v + got * g for v, g in zip(val[half:], worth)))
-                key = _placed_after(first, extra, q) + (new_blob,)
-                cur = nxt.get(key)
-                nxt[key] = new if cur is None else (
-                    tuple(map(min, cur[:half], new[:half])) + tuple(map(max, cur[half:], new[half:])))
         layer = nxt
-        if spent + len(layer) * (len(ev) - step - 1) > budget:
+        if spent + sum(map(len, layer.values())) * (len(ev) - step - 1) > budget:
             return None  # the rest would take too long (at a step per state): the bounds answer
-    vals = list(layer.values())
+        if len(step_of.states) > MEMO:
+            layer = step_of.compact(layer)
+    vals = [v for states in layer.values() for v in states.values()]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
             for w in range(half)]
+
+
+def _place(step_of: _Stepper, states: dict[int, tuple[float, ...]], q: int, first: int,
+           worth: tuple[float, ...], into: dict[int, tuple[float, ...]]) -> None:
+    """Event ``q`` after each of ``states``, merged into ``into`` (lowest and highest)."""
+    half = len(worth)
+    for sid, val in states.items():
+        new_sid, got = step_of(sid, q, first)
+        if got:
+            add = tuple(got * g for g in worth) * 2
+            val = tuple(v + a for v, a in zip(val, add))
+        cur = into.get(new_sid)
+        into[new_sid] = val if cur is None else (
+            tuple(map(min, cur[:half], val[:half])) + tuple(map(max, cur[half:], val[half:])))
 
 
 def _placed_after(first: int, extra: frozenset[int], q: int) -> tuple[int, frozenset[int]]:
@@ -586,32 +608,129 @@ def _placed_after(first: int, extra: frozenset[int], q: int) -> tuple[int, froze
 
 
 class _Stepper:
-    """One event applied to a pickled cache state: the new state and the hits it scored
-    (memoised: many placed sets share a cache state)."""
+    """One event applied to a cache state (states are interned: an id each): the new state
+    and the hits it scored. Memoised, since many placed sets share a cache state. This one
+    keeps the target's model pickled."""
 
     def __init__(self, ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
-                 fail: Sequence[bool]) -> None:
+                 fail: Sequence[bool], start: Any) -> None:
         self.ev, self.items, self.fail = ev, items, fail
-        self.memo: dict[tuple[bytes, int], tuple[bytes, int]] = {}
+        self.memo: dict[tuple[int, int], tuple[int, int]] = {}
+        self.settled: dict[tuple[int, int], int] = {}
+        self.ids: dict[Hashable, int] = {}
+        self.states: list[Hashable] = []
+        self.start = self.intern(self.initial(start))
 
-    def __call__(self, blob: bytes, q: int) -> tuple[bytes, int]:
-        hit = self.memo.get((blob, q))
-        if hit is not None:
-            return hit
-        cache = pickle.loads(blob)
-        _, _, kind, p = self.ev[q]
-        got = 0
-        if kind == 0:
-            got = sum(cache.lookup(p, self.items[p]))
-        elif self.fail[p]:
-            cache.abort(p)
-        else:
-            cache.finish(p)
+    def initial(self, cache: Any) -> Hashable:
+        return pickle.dumps(cache)
+
+    def intern(self, state: Hashable) -> int:
+        sid = self.ids.get(state)
+        if sid is None:
+            sid = self.ids[state] = len(self.states)
+            self.states.append(state)
+        return sid
+
+    def apply(self, state: Hashable, q: int) -> tuple[Hashable, int]:
+        assert isinstance(state, bytes)
+        cache = pickle.loads(state)
+        got = self.run(cache, q)
         _quiet(cache)
-        if len(self.memo) >= MEMO:
-            self.memo.clear()
-        out = self.memo[(blob, q)] = (pickle.dumps(cache), got)
-        return out
+        return pickle.dumps(cache), got
+
+    def run(self, cache: Any, q: int) -> int:
+        _, _, kind, p = self.ev[q]
+        if kind == 0:
+            return sum(cache.lookup(p, self.items[p]))
+        (cache.abort if self.fail[p] else cache.finish)(p)
+        return 0
+
+    def settle(self, state: Hashable, first: int) -> Hashable:
+        """The state as the placed set starting at event ``first`` needs it."""
+        return state
+
+    def compact(self, layer: dict[Any, dict[int, tuple[float, ...]]]
+                ) -> dict[Any, dict[int, tuple[float, ...]]]:
+        """Forget every state the layer no longer holds (and the memos): new ids."""
+        old, self.ids, self.states = self.states, {}, []
+        self.memo.clear()
+        self.settled.clear()
+        return {placed: {self.intern(old[sid]): val for sid, val in states.items()}
+                for placed, states in layer.items()}
+
+    def __call__(self, sid: int, q: int, first: int) -> tuple[int, int]:
+        hit = self.memo.get((sid, q))
+        if hit is None:
+            if len(self.memo) >= MEMO:
+                self.memo.clear()
+                self.settled.clear()
+            state, got = self.apply(self.states[sid], q)
+            hit = self.memo[(sid, q)] = (self.intern(state), got)
+        out = self.settled.get((hit[0], first))
+        if out is None:
+            out = self.settled[(hit[0], first)] = self.intern(
+                self.settle(self.states[hit[0]], first))
+        return out, hit[1]
+
+
+_GONE = object()  # an anonymous entry's label: (_GONE, its rank among them)
+
+
+class _LruStepper(_Stepper):
+    """For an LRU or FIFO whose entries are present from the lookup on, whose stack property
+    (an entry survives iff what was stored after it, plus itself, fits) makes a smaller state
+    enough: the entries from the next to be evicted, where a run of entries no unplaced request
+    holds counts only by its total size (one anonymous entry) and the runs below the deepest
+    entry still wanted are dropped, so more placed sets share a state. The cache is rebuilt
+    through its own ``insert`` and ``lookup``."""
+
+    def __init__(self, ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+                 fail: Sequence[bool], start: Any, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+        self.last: dict[Hashable, int] = {}  # key -> its last lookup event
+        for q, (_, _, kind, p) in enumerate(ev):
+            for key, _ in items[p] if kind == 0 else ():
+                self.last[key] = q
+        super().__init__(ev, items, fail, start)
+
+    def initial(self, cache: Any) -> Hashable:
+        return ()
+
+    def apply(self, state: Hashable, q: int) -> tuple[Hashable, int]:
+        assert isinstance(state, tuple)
+        cache = self.factory()
+        sizes = dict(state)
+        for key, size in state:
+            cache.insert(key, size)
+        got = self.run(cache, q)
+        for key, size in self.items[self.ev[q][3]]:
+            sizes.setdefault(key, size)  # an entry keeps the size it was stored with
+        return tuple((key, sizes[key]) for key in cache.keys()), got
+
+    def settle(self, state: Hashable, first: int) -> Hashable:
+        assert isinstance(state, tuple)
+        out: list[tuple[Hashable, int]] = []
+        run = 0
+        for key, size in reversed(state):  # from the most recent
+            if self.last.get(key, -1) < first:  # no unplaced request holds it
+                run += size
+                continue
+            if run:
+                out.append(((_GONE, len(out)), run))
+                run = 0
+            out.append((key, size))
+        return tuple(reversed(out))
+
+
+def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+             fail: Sequence[bool], factory: Callable[[], Any]) -> _Stepper:
+    from ..caches import OrderedCache
+
+    start = factory()
+    _quiet(start)
+    if type(start) is OrderedCache and start.insert_on_lookup:
+        return _LruStepper(ev, items, fail, start, factory)
+    return _Stepper(ev, items, fail, start)
 
 
 # -- other targets past the search: the coarse bound ------------------------------------------------
