@@ -6,10 +6,12 @@ from sim_datasets import write_pool_dataset
 from sim_helpers import run, running
 
 from mmdatagen.loadgen.run import to_simulated_time
+from mmdatagen.media_tokens import encoder_cache_budget
 from mmdatagen.metrics import build_export
 from mmdatagen.sim.probe import chat_bodies, drive
 from mmdatagen.sim.profile import load_profile
 from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
+from mmdatagen.vlm import resolve_model
 
 PUBLISHED = {10.0: {"output_token_throughput": 3575.6, "time_to_first_token": 526.0,
                     "ttft_p50": 356.8, "inter_token_latency": 14.1, "request_latency": 2630.0},
@@ -31,6 +33,18 @@ def seed_a(tmp_path_factory):
     return path
 
 
+def test_profile_encoder_budget_is_vllms_rule_for_the_reference_deployment():
+    """The reference deployment (dynamo.vllm on one GB200, no --max-num-batched-tokens, no
+    --limit-mm-per-prompt) ran vLLM's default batched tokens for the API server on a GPU of
+    that memory: 8,192 or, in releases with the >= 160 GiB tier, 16,384. Either way the encoder
+    cache is Qwen3-VL's largest image, 16,384 tokens, and the profile must say so."""
+    prof = load_profile("qwen3-vl-30b-gb200")
+    model = resolve_model(prof.model)
+    assert prof.encoder_budget == 16384
+    assert {encoder_cache_budget(model, batched) for batched in (8192, 16384)} == {16384}
+    assert prof.token_budget == 16384  # vLLM 0.32's default there; the fit is insensitive to it
+
+
 @pytest.mark.parametrize("cache_gb", [10.0, 0.0])
 def test_seed_a_calibration_in_virtual_time(seed_a, cache_gb):
     prof = load_profile("qwen3-vl-30b-gb200")
@@ -39,8 +53,14 @@ def test_seed_a_calibration_in_virtual_time(seed_a, cache_gb):
     got = _summary(build_export(res.records, input_config={}))
     for k, pub in PUBLISHED[cache_gb].items():
         assert abs(got[k] / pub - 1) <= 0.06, (k, got[k], pub)  # the README states 6 %
-    hits = res.engine.cache.hits
-    assert hits == (803 if cache_gb else 0)
+    # two tiers in both arms: vLLM's encoder cache (16,384 tokens, 54 images) answers first and
+    # serves the same 218 of the 1,003 images; Dynamo's cache (ON) 585 of the 785 it is asked
+    # for, so 200 are encoded (the compulsory misses) against 785 with it off
+    c = res.engine.cache.counters()
+    assert c["encoder_hits"] == 218
+    assert c["hits"] == (585 if cache_gb else 0)
+    assert c["queries"] == 1003 - 218
+    assert c["encoder_runs"] == (200 if cache_gb else 785)
 
 
 def test_real_time_server_agrees_with_virtual_time(tmp_path):
