@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from .errors import SpecError, UserError
 
 MAX_ASPECT_RATIO = 200
 GRID_BYTES = 24  # the int64 (t, h, w) grid stored beside the pixel values
@@ -90,8 +90,8 @@ class VisionModel:
     def patches(self, width: int, height: int) -> int:
         """Vision patches of one image after resizing (one temporal group for a still image)."""
         if self.tokens_per_image is not None:
-            raise UserError(f"model {self.name!r} has no patch geometry: give --patch-size and "
-                            "--merge-size (or --model-path) to size processor-cache entries")
+            raise SpecError("model", f"{self.name!r} has no patch geometry: give `patch_size` "
+                            "and `merge_size` (or `model_path`) to size processor-cache entries")
         w, h = self.resized(width, height)
         return (w // self.patch_size) * (h // self.patch_size)
 
@@ -140,7 +140,7 @@ def get_model(name: str) -> VisionModel:
 def generic_model(tokens_per_image: int, bytes_per_token: int) -> VisionModel:
     """A model with a fixed token count per image and a fixed cache cost per token."""
     if tokens_per_image <= 0 or bytes_per_token <= 0:
-        raise UserError("--tokens-per-image and --bytes-per-token must be positive")
+        raise SpecError("tokens_per_image", "and `bytes_per_token` must be positive")
     return VisionModel(name="generic", hidden_size=bytes_per_token, dtype_bytes=1,
                        tokens_per_image=tokens_per_image)
 
@@ -252,12 +252,12 @@ def resolve_model(name: str | None = None, path: str | Path | None = None,
             and geometry.get("merge_size"):
         base = VisionModel(name=name or "custom", hidden_size=int(hidden), family="custom")
     elif name:
-        raise UserError(f"unknown model {name!r} (not in the registry, not a local folder): "
-                        "give --model-path DIR (config.json + preprocessor_config.json) or the "
-                        "geometry (--patch-size, --merge-size, --hidden-size, ...); known: "
-                        f"{', '.join(model_names())}")
+        raise SpecError("model", f"{name!r}: unknown model (not in the registry, not a local "
+                        "folder): give `model_path` DIR (config.json + preprocessor_config.json) "
+                        "or the geometry (`patch_size`, `merge_size`, `hidden_size`, ...); "
+                        f"known: {', '.join(model_names())}")
     else:
-        raise UserError("no model: give --model, --model-path or the geometry flags")
+        raise SpecError("model", "is missing: give it, `model_path` or the geometry flags")
     return with_geometry(base, **geometry)
 
 

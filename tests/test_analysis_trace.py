@@ -121,7 +121,7 @@ def test_http_urls_need_a_size_for_token_models(tmp_path):
     t = trace_from_dataset(_write(tmp_path / "h.jsonl", rows))
     assert _objects(t) == [0, 0]
     model = get_model("qwen3-vl-30b-a3b")
-    with pytest.raises(UserError, match="url-image-size"):
+    with pytest.raises(UserError, match="url_image_size WxH is needed"):
         t.costs(model)
     sizes, tokens = t.costs(model, unknown_size=(640, 480))
     assert tokens.tolist() == [300] and sizes.tolist() == [300 * 4096]

@@ -180,5 +180,67 @@ def test_units_are_printed_from_the_target(run_cli, tmp_path):
     assert "(predicted, m, 4096 tokens): 1/2" in _hit_lines({"predicted": pred})[0]
 
 
+ERRORS = ("UserError", "SpecError", "DatasetError", "RunFailed")
+#: Library errors that still spell a flag (file -> how many): not settings of the failing call.
+SPELLED = {"analysis/run.py": 1,         # DATASET (an argument) or --workload
+           "analysis/predict.py": 1,     # a second check of --in-flight (analysis/concurrency)
+           "loadgen/merge_runs.py": 1}   # advice naming another command's flags
+
+
+def _error_texts() -> list[tuple[str, str]]:
+    """(file, text) of every error raised in the library (spec/, commands/, cli.py excluded):
+    its string constants, f-string parts joined."""
+    out = []
+    for path in ROOT.rglob("*.py"):
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(("spec/", "commands/")) or rel == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+                    and getattr(node.exc.func, "id", None) in ERRORS):
+                text = "".join(c.value for arg in node.exc.args for c in ast.walk(arg)
+                               if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                out.append((rel, text))
+    return out
+
+
+def test_library_errors_name_fields_not_flags():
+    """A library error names settings by field (SpecError(field, ...), `field` references in
+    its text); the CLI edge spells the flags (spec.base.for_cli)."""
+    import re
+
+    spelled: dict[str, int] = defaultdict(int)
+    for rel, text in _error_texts():
+        if re.search(r"(?<![\w-])--[a-z]", text):
+            spelled[rel] += 1
+    assert dict(spelled) == SPELLED
+
+
+def test_every_field_reference_is_a_setting():
+    import re
+
+    names = {name for _, name, _, _ in ROWS}
+    refs = {(rel, ref) for rel, text in _error_texts() for ref in re.findall(r"`([a-z_]+)`", text)}
+    assert refs and not [r for r in refs if r[1] not in names], sorted(refs)
+
+
+def test_the_cli_edge_spells_references_as_flags(run_cli, tmp_path):
+    from mmdatagen.errors import SpecError
+    from mmdatagen.spec.base import for_cli
+
+    exc = SpecError("ramp_to", "needs `benchmark_duration` or `request_count`; `grid_sim_params`")
+    assert str(for_cli(exc)) == ("--ramp-to needs --benchmark-duration or --request-count; "
+                                 "--sim-param")
+    assert str(exc).startswith("ramp_to needs `benchmark_duration`")  # the library's wording
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hi"}\n')
+    res = run_cli("sweep", "--input-file", data, "--url", "http://127.0.0.1:9", "--model", "m",
+                  "--cache-gb", "1,2", "--output-dir", tmp_path / "sw")
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines()[-1] == (
+        "error: --url is your server: sweep --cache-size and --sim-param only on the simulator "
+        "(no --url)")
+
+
 if __name__ == "__main__":  # the table for a review: python tests/test_vocabulary.py
     print(flag_table())

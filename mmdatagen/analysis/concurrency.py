@@ -19,7 +19,7 @@ from collections import deque
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from . import kernels as K
 
 DISPATCH = ("file", "sessions")
@@ -31,7 +31,7 @@ def events(num_rows: int, in_flight: int, sessions: np.ndarray | None = None,
 
     ``seed`` None: the oldest request in flight completes first; else a seeded random one."""
     if in_flight < 1:
-        raise UserError(f"--in-flight must be at least 1, got {in_flight}")
+        raise SpecError("in_flight", f"must be at least 1, got {in_flight}")
     if dispatch not in DISPATCH:
         raise UserError(f"unknown dispatch order {dispatch!r}; choose from {', '.join(DISPATCH)}")
     rng = None if seed is None else np.random.default_rng(seed)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..io.mediaref import clip_entry_size
 from ..media_tokens import (
     QWEN2_AUDIO,
@@ -56,7 +56,7 @@ def media_costs(model: VisionModel, target, modality: np.ndarray, media: dict[st
     geom = None
     if (modality[idx] == VIDEO).any():
         if model.tokens_per_image is not None:
-            raise UserError("a generic model (--tokens-per-image) has no video rule; name a "
+            raise SpecError("tokens_per_image", "(a generic model) has no video rule; name a "
                             "Qwen2.5-VL or Qwen3-VL model")
         geom = model_video_geometry(model)  # the video processor's own pixel limits, if any
         if geom is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from ..errors import UserError
+from ..errors import SpecError
 from ..io.atomic import atomic_open
 from .predict import GIB, Analysis
 
@@ -224,7 +224,7 @@ def write_curve(a: Analysis, path: Path) -> None:
     cols = a.curve_rows()
     ext = path.suffix.lower()
     if ext not in (".csv", ".json"):
-        raise UserError(f"--curve must end in .csv or .json, got {path.name}")
+        raise SpecError("curve_path", f"must end in .csv or .json, got {path.name}")
     with atomic_open(path, "wb") as fh:
         if ext == ".json":
             doc = {"sampled": a.curve_sampled, "summary": a.summary,
@@ -250,7 +250,7 @@ def plot_curve(a: Analysis, path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("--plot needs matplotlib: pip install 'mmdatagen[plot]'") from None
+        raise SpecError("plot_path", "needs matplotlib: pip install 'mmdatagen[plot]'") from None
     s = a.summary
     cols = a.curve_rows()
     x, y = cols["capacity_gib"], cols["hit_rate"] * 100

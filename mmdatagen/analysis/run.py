@@ -60,7 +60,7 @@ def run_request(req: AnalyzeRequest) -> list[Result]:
     results: list[Result] = []
     for params, plan in plans(req.source.workload or "", req.axes, req.media.video_size):
         if results and run.want_curve:
-            raise UserError("--curve and --plot take a single workload, not a sweep")
+            raise SpecError("curve_path", "and `plot_path` take a single workload, not a sweep")
         trace = _plan_trace(plan, req)
         results.append((params, run(trace)))
     return results
@@ -111,7 +111,7 @@ def dataset_trace(req: AnalyzeRequest) -> Trace:
         try:
             manifest = read_manifest(path)
         except UserError as exc:
-            raise UserError(f"{exc}; pass --no-manifest to scan the JSONL instead") from None
+            raise SpecError("no_manifest", f"scans the JSONL instead: {exc}") from None
         if manifest is not None:
             trace = trace_from_manifest(manifest, str(path))
             trace.info["manifest_path"] = str(manifest_path(path))
@@ -172,7 +172,7 @@ def _fixed(workload: str, axes: PlanAxes) -> dict[str, Any]:
     pool = workload == "pool"
     wrong = [k for k in (SW_ONLY if pool else POOL_ONLY) if getattr(axes, k)]
     if wrong:
-        raise UserError(f"--{wrong[0].replace('_', '-')} does not apply to --workload {workload}")
+        raise SpecError(wrong[0], f"does not apply to `workload` {workload}")
     if pool:
         return {"reuse": axes.reuse or POOL_DEFAULTS["reuse"]}
     return {"order": axes.order or SW_DEFAULTS["order"]}

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..errors import DatasetError, UserError
+from ..errors import DatasetError, SpecError, UserError
 from ..io import imageref
 from ..io.manifest import Manifest, MediaSection
 from ..io.readers import Turn, detect_format, iter_turns
@@ -74,8 +74,8 @@ class Trace:
         unknown = images & ((w <= 0) | (h <= 0))
         if unknown.any() and model.tokens_per_image is None:
             if unknown_size is None:
-                raise UserError(f"{int(unknown.sum())} image(s) have unknown dimensions (http URLs "
-                                "or uuid-only references); pass --url-image-size WxH")
+                raise SpecError("url_image_size", f"WxH is needed: {int(unknown.sum())} image(s) "
+                                "have unknown dimensions (http URLs or uuid-only references)")
             w, h = np.where(unknown, unknown_size[0], w), np.where(unknown, unknown_size[1], h)
         byt = np.zeros(self.num_objects, np.int64)
         tok = np.zeros(self.num_objects, np.int64)

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ..errors import UserError
+from ..errors import SpecError
 from ..exportmodel import ErrorDetails
 from .failures import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -521,11 +521,11 @@ class Target:
             url = "http://" + url
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UserError(f"--url must be http(s)://host[:port], got {url!r}")
+            raise SpecError("url", f"must be http(s)://host[:port], got {url!r}")
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
-            raise UserError(f"bad port in --url {url!r}") from None
+            raise SpecError("url", f"has a bad port: {url!r}") from None
         return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
 
     def path_for(self, endpoint_path: str) -> str:
@@ -541,7 +541,7 @@ class RawClient:
     def __init__(self, target: Target, *, timeout_s: float, headers: dict[str, str],
                  max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         if target.scheme != "http":
-            raise UserError("the raw client speaks plain http; use --http-client aiohttp for https")
+            raise SpecError("http_client", "raw speaks plain http; use aiohttp for https")
         self.target = target
         self.timeout_s = timeout_s
         self.limit = max_response_bytes

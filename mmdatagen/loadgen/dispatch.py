@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..arrivals import make_pacer
-from ..errors import DatasetError, UserError
+from ..errors import SpecError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
 from ..sessions import row_label
@@ -269,8 +269,8 @@ async def fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None
             if ctx.sched.stopped or (limit is not None and n >= limit):
                 break
             if turn.timestamp_ms is None:
-                raise DatasetError(f"line {turn.line_no}: --fixed-schedule needs a 'timestamp' "
-                                   "on every row")
+                raise SpecError("fixed_schedule", f"needs a 'timestamp' on every row (line "
+                                f"{turn.line_no} has none)")
             ts = float(turn.timestamp_ms)
             first = ts if first is None else first
             delay = t0 + (ts - first) / 1000.0 - loop.time()

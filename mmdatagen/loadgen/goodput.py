@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import SpecError
 from ..exportmodel import Export
 from ..metrics import Records, as_table, metric_columns
 
@@ -57,14 +57,14 @@ def parse_slos(specs: Iterable[str] | str | None) -> dict[str, float]:
             name, sep, value = item.partition(":")
             tag = ALIASES.get(name.strip().lower())
             if not sep or tag is None:
-                raise UserError(f"--goodput takes NAME:VALUE with NAME one of "
+                raise SpecError("goodput", f"takes NAME:VALUE with NAME one of "
                                 f"{', '.join(sorted(ALIASES))}; got {item!r}")
             try:
                 v = float(value)
             except ValueError:
-                raise UserError(f"--goodput {name}: {value!r} is not a number") from None
+                raise SpecError("goodput", f"{name}: {value!r} is not a number") from None
             if not (v > 0 and math.isfinite(v)):
-                raise UserError(f"--goodput {name}: the objective must be a positive finite "
+                raise SpecError("goodput", f"{name}: the objective must be a positive finite "
                                 "number of milliseconds")
             out[tag] = v
     return out

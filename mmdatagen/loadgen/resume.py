@@ -52,11 +52,11 @@ class Origin:
         runs = have.pop("runs", []) if have is not None else []
         if have is not None and have != self.want and not force:
             raise SpecError("force", f"is needed: {out} holds a sweep made from "
-                                     f"{_difference(have, self.want)}; --force runs every point "
+                                     f"{_difference(have, self.want)}; `force` runs every point "
                                      "again")
         if have is None and _has_runs(out) and not force:
             raise SpecError("force", f"is needed: {out} holds runs whose origin is not recorded "
-                                     f"({ORIGIN_NAME}); --force runs every point again")
+                                     f"({ORIGIN_NAME}); `force` runs every point again")
         same = have == self.want and not force
         self.runs: list[str] = [r for r in runs if isinstance(r, str)] if same else []
         self._write()

@@ -152,20 +152,20 @@ def validate_config(cfg: BenchConfig) -> None:
                  request_timeout=cfg.request_timeout, grace_period=cfg.grace_period,
                  seed=cfg.seed)
     if cfg.max_response_bytes < 1024:
-        raise UserError("--max-response-mb must be at least 0.001 (1 KiB)")
+        raise SpecError("max_response_mb", "must be at least 0.001 (1 KiB)")
     if cfg.endpoint_type not in ENDPOINT_PATHS:
-        raise UserError(f"--endpoint-type must be one of {', '.join(ENDPOINT_PATHS)}")
+        raise SpecError("endpoint_type", f"must be one of {', '.join(ENDPOINT_PATHS)}")
     if cfg.fixed_schedule and (cfg.warmup_request_count or cfg.request_rate
                                or cfg.benchmark_duration):
-        raise UserError("--fixed-schedule takes no warmup, --request-rate or --benchmark-duration")
+        raise SpecError("fixed_schedule", "takes no warmup, `request_rate` or `benchmark_duration`")
     if cfg.fixed_schedule and cfg.dataset_type == "random_pool":
-        raise UserError("--fixed-schedule needs single_turn or multi_turn timestamps")
+        raise SpecError("fixed_schedule", "needs single_turn or multi_turn timestamps")
     from ..spec.common import check_arrivals
 
     check_arrivals(cfg.arrival, cfg.burstiness, cfg.request_rate, cfg.ramp_to)
     if cfg.ramp_to is not None and not (cfg.benchmark_duration or cfg.request_count
                                         or cfg.dataset_type != "random_pool"):
-        raise UserError("--ramp-to needs --benchmark-duration or --request-count with a "
+        raise SpecError("ramp_to", "needs `benchmark_duration` or `request_count` with a "
                         "random_pool dataset (the span of the ramp)")
     if not 0 <= cfg.shard_index < cfg.num_shards:
         raise SpecError("shard_index", f"must be below num_shards ({cfg.num_shards})")
@@ -178,7 +178,7 @@ def validate_config(cfg: BenchConfig) -> None:
             raise SpecError("metrics_url", "must start with http:// or https://")
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
-        raise UserError(f"--output-dir {out} exists and is not a folder")
+        raise SpecError("output_dir", f"{out} exists and is not a folder")
     from ..io.atomic import check_not_input
 
     check_not_input(run_outputs(out), [Path(cfg.input_file)])

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..caches import DEFAULT_TARGET
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..spec.cache import AbCache, Geometry
 from ..spec.load import AbRuns, Load, LoadShard
 from .run import BenchConfig, BenchResult, check_config
@@ -29,7 +29,7 @@ def bench_config(load: Load, *, url: str | None, cache_gb: float | None, output_
     model = load.model
     if model is None:
         if url:
-            raise UserError("--model is required with --url")
+            raise SpecError("model", "is required with `url`")
         from ..sim.profile import load_profile
 
         model = load_profile(profile).served_model_name

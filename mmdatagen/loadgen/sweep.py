@@ -200,17 +200,17 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
 
 def _validate(cfg: SweepConfig) -> None:
     if cfg.repeats < 1:
-        raise UserError("--repeats must be at least 1")
+        raise SpecError("repeats", "must be at least 1")
     if not Path(cfg.base.input_file).is_file():
         raise UserError(f"input file not found: {cfg.base.input_file}")
     sim_fields = [k for k in cfg.grid if k not in BENCH_PARAMS]
     if cfg.base.url and (sim_fields or "cache_gb" in cfg.grid):
-        raise UserError("with --url the server is yours: sweep --cache-gb and --sim-param only "
-                        "on the simulator (no --url)")
+        raise SpecError("url", "is your server: sweep `cache_size` and `grid_sim_params` only "
+                        "on the simulator (no `url`)")
     if cfg.virtual and cfg.base.url:
-        raise UserError("--virtual runs the simulator's model; it takes no --url")
+        raise SpecError("virtual", "runs the simulator's model; it takes no `url`")
     if cfg.virtual and cfg.base.fixed_schedule:
-        raise UserError("--virtual does not model --fixed-schedule")
+        raise SpecError("virtual", "does not model `fixed_schedule`")
     check_sim_params(cfg.base.profile, cfg.grid)
 
 
@@ -230,7 +230,7 @@ def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
     try:
         derived = prof.with_overrides(**over)
     except TypeError as exc:
-        raise UserError(f"--sim-param: {exc}") from None
+        raise SpecError("grid_sim_params", str(exc)) from None
     data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(derived).items()
             if k not in ("name", "calibration")}
     data["description"] = f"{prof.name} with {over} (mmdatagen sweep)"

@@ -154,7 +154,7 @@ class Report:
 
     def write(self, out_dir: Path, png: bool = False) -> ReportFiles:
         """Write ``report.html``; with ``png`` also ``plots/<figure>.png`` (needs matplotlib)."""
-        from ..errors import UserError
+        from ..errors import SpecError, UserError
         from ..io.atomic import atomic_write_bytes
         from . import png as png_mod
 
@@ -168,7 +168,7 @@ class Report:
         res: ReportFiles = {"html": path, "pngs": []}
         if png:
             if not png_mod.available():
-                raise UserError("--png needs matplotlib: pip install matplotlib "
+                raise SpecError("png", "needs matplotlib: pip install matplotlib "
                                 f"(report.html is written: {path})")
             plots = out_dir / PLOTS_DIR
             plots.mkdir(exist_ok=True)

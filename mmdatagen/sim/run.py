@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..io.atomic import atomic_write_bytes, check_target
 from ..lifecycle import raise_stopped
 from .faults import FaultConfig
@@ -52,7 +52,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise UserError(f"cannot resolve --host {host}: {exc.strerror}") from None
+        raise SpecError("host", f"{host} cannot be resolved: {exc.strerror}") from None
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -111,7 +111,7 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
     if ready_file is not None:  # a missing or unwritable folder: one line before binding
         folder = Path(ready_file).parent
         if not folder.is_dir():
-            raise UserError(f"--ready-file folder {folder} does not exist")
+            raise SpecError("ready_file", f"folder {folder} does not exist")
         check_target(Path(ready_file), force=True)
     factory: Callable[[], asyncio.AbstractEventLoop] | None = None
     try:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..spec.cache import Geometry, SimCache, SweepCache
 from ..spec.sim import Engine, VirtualRun
 from .profile import Profile
@@ -60,7 +60,7 @@ def _opt_int(extra: dict, key: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "min_tokens" else 0):
-        raise UserError(f"--extra-inputs {key} must be a positive integer")
+        raise SpecError("extra_inputs", f"{key} must be a positive integer")
     return v
 
 

@@ -168,10 +168,10 @@ class AnalyzeRequest:
     def check(self) -> None:
         m = self.model
         if (m.tokens_per_image is None) != (m.bytes_per_token is None):
-            raise SpecError("tokens_per_image", "and --bytes-per-token go together")
+            raise SpecError("tokens_per_image", "and `bytes_per_token` go together")
         given = self.axes.given() + [k for k in MEDIA_SIZING if getattr(self.media, k) is not None]
         if self.dataset is not None and given:
-            raise SpecError(given[0], "applies to --workload, not to a dataset")
+            raise SpecError(given[0], "applies to `workload`, not to a dataset")
 
 
 def numbers(values: tuple[str, ...], name: str) -> list:

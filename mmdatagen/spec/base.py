@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,20 @@ FLOAT_MAX = 1e12
 
 
 def for_cli(exc: SpecError) -> UserError:
-    """The same error, naming the field's flag (the CLI edge)."""
-    return UserError(f"{flag_for(exc.name)} {exc.problem}")
+    """The same error, naming the field's flag (the CLI edge), and the flag of every other field
+    its text refers to (:func:`flags_in`)."""
+    return UserError(f"{flag_for(exc.name)} {flags_in(exc.problem)}")
+
+
+#: A reference to another setting in an error text: its field name in backticks.
+_FIELD_REF = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def flags_in(text: str) -> str:
+    """A library error text as the command line reads it: each `` `field` `` reference becomes
+    the field's flag (``needs `request_rate``` -> ``needs --request-rate``). Library code names
+    settings by field, so a flag's spelling lives in its spec alone."""
+    return _FIELD_REF.sub(lambda m: flag_for(m.group(1)), text)
 
 
 @dataclass(frozen=True)

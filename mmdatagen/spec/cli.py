@@ -10,7 +10,16 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import UserError
-from .base import Opt, SpecError, build, check_field, field_kind, for_cli, opts_of
+from .base import (
+    Opt,
+    SpecError,
+    build,
+    check_field,
+    field_kind,
+    flags_in,
+    for_cli,
+    opts_of,
+)
 
 T = TypeVar("T")
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -155,7 +164,8 @@ def preset_defaults(path_or_name: str, classes: Iterable[type], source: str | No
         try:
             out[f.name] = check_field(f, opt, value)
         except SpecError as exc:
-            raise UserError(f"config {source or path_or_name}: key {key!r} {exc.problem}") from None
+            raise UserError(f"config {source or path_or_name}: key {key!r} "
+                            f"{flags_in(exc.problem)}") from None
     return out
 
 

@@ -64,9 +64,9 @@ def check_arrivals(arrival: str, burstiness: float, request_rate: float | None,
                    ramp_to: float | None) -> None:
     """The arrival options that only make sense together."""
     if burstiness != 1.0 and arrival != "gamma":
-        raise SpecError("burstiness", "needs --arrival gamma")
+        raise SpecError("burstiness", "needs `arrival` gamma")
     if ramp_to is not None and request_rate is None:
-        raise SpecError("ramp_to", "needs --request-rate (the rate the ramp starts from)")
+        raise SpecError("ramp_to", "needs `request_rate` (the rate the ramp starts from)")
 
 
 def request_count(help: str = "Profiling requests (default: one pass over the dataset).") -> Any:

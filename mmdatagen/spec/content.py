@@ -71,13 +71,13 @@ class Content:
 
     def check(self) -> None:
         if self.base_url is not None and self.delivery != "url":
-            raise SpecError("base_url", f"applies to --delivery url, not {self.delivery}")
+            raise SpecError("base_url", f"applies to `delivery` url, not {self.delivery}")
         if self.path_prefix is not None and self.delivery != "path":
-            raise SpecError("path_prefix", f"applies to --delivery path, not {self.delivery}")
+            raise SpecError("path_prefix", f"applies to `delivery` path, not {self.delivery}")
         if self.image_content == "folder" and not self.image_source_dir:
-            raise SpecError("image_content", "folder needs --image-source-dir DIR")
+            raise SpecError("image_content", "folder needs `image_source_dir` DIR")
         if self.image_content == "hf" and not self.hf_dataset:
-            raise SpecError("image_content", "hf needs --hf-dataset DIR")
+            raise SpecError("image_content", "hf needs `hf_dataset` DIR")
 
 
 @spec

@@ -87,8 +87,8 @@ class Load:
         common.check_arrivals(self.arrival, self.burstiness, self.request_rate, self.ramp_to)
         if self.fixed_schedule and (self.warmup_request_count or self.request_rate
                                     or self.benchmark_duration):
-            raise SpecError("fixed_schedule", "takes no warmup, --request-rate or "
-                            "--benchmark-duration")
+            raise SpecError("fixed_schedule", "takes no warmup, `request_rate` or "
+                            "`benchmark_duration`")
         if self.fixed_schedule and self.dataset_type == "random_pool":
             raise SpecError("fixed_schedule", "needs single_turn or multi_turn timestamps")
 

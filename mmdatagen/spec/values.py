@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import SpecError, UserError
+from ..errors import SpecError
 
 #: The most values one list may expand to (a range like ``0:1e9`` is refused, not materialised).
 MAX_VALUES = 100_000
@@ -102,19 +102,19 @@ def parse_extra_inputs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
             try:
                 obj = orjson.loads(pair)
             except orjson.JSONDecodeError:
-                raise UserError(f"--extra-inputs {pair!r} is not valid JSON") from None
+                raise SpecError("extra_inputs", f"{pair!r} is not valid JSON") from None
             if not isinstance(obj, dict):
-                raise UserError("--extra-inputs JSON must be an object")
+                raise SpecError("extra_inputs", "JSON must be an object")
             out.update(obj)
             continue
         key, sep, value = pair.partition(":")
         if not sep or not key.strip():
-            raise UserError(f"--extra-inputs expects KEY:VALUE, got {pair!r}")
+            raise SpecError("extra_inputs", f"expects KEY:VALUE, got {pair!r}")
         out[key.strip()] = coerce_value(value.strip())
     for key, value in out.items():
         problem = json_problem(value)
         if problem is not None:
-            raise UserError(f"--extra-inputs {key}: {problem}")
+            raise SpecError("extra_inputs", f"{key}: {problem}")
     return out
 
 
@@ -144,7 +144,7 @@ def parse_headers(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition(":")
         if not sep or not key.strip() or any(c in pair for c in "\r\n"):
-            raise UserError(f"--header expects KEY:VALUE, got {pair!r}")
+            raise SpecError("headers", f"expects KEY:VALUE, got {pair!r}")
         out[key.strip()] = value.strip()
     return out
 

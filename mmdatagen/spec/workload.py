@@ -62,12 +62,12 @@ class PoolWorkload:
 
     def check(self) -> None:
         if self.target_reuse is not None and self.pool_size is not None:
-            raise SpecError("target_reuse", "derives the pool size; give it or --pool-size, "
+            raise SpecError("target_reuse", "derives the pool size; give it or `pool_size`, "
                             "not both")
         items = self.images_per_request + self.videos_per_request + self.audios_per_request
         if items == 0:
-            raise SpecError("images_per_request", "and --videos-per-request, "
-                            "--audios-per-request add up to 0: a request needs at least one "
+            raise SpecError("images_per_request", "and `videos_per_request`, "
+                            "`audios_per_request` add up to 0: a request needs at least one "
                             "image, video or audio")
         check_references("num_requests", self.num_requests * items,
                          "requests x items per request")
@@ -122,7 +122,7 @@ class SlidingWindowWorkload:
     def check(self) -> None:
         items = self.window + self.videos_per_request + self.audios_per_request
         if items == 0:
-            raise SpecError("window", "and --videos-per-request, --audios-per-request add up to "
+            raise SpecError("window", "and `videos_per_request`, `audios_per_request` add up to "
                             "0: a request needs at least one image, video or audio")
         check_references("users", self.users * self.turns * items,
                          "users x turns x items per request")
