@@ -355,7 +355,7 @@ def _most_features(max_tokens: int) -> int:
 
 def encoder_cache_budget(model: Any, max_num_batched_tokens: int,
                          limit_mm_per_prompt: dict[str, int] | None = None,
-                         max_model_len: int | None = None) -> int:
+                         max_model_len: int | None = None, mm_embeds: bool = False) -> int:
     """vLLM 0.32's encoder cache size in embedding tokens, as its startup log prints it
     ("Encoder cache will be initialized with a budget of N tokens").
 
@@ -366,6 +366,9 @@ def encoder_cache_budget(model: Any, max_num_batched_tokens: int,
     ``max(max_num_batched_tokens, largest item over the active modalities)``, and 0 when no
     modality is active (no encoder cache). The item limits' values, chunked prefill and
     ``max_num_seqs`` change only how many items vLLM profiles with, not the budget.
+    ``mm_embeds``: the engine accepts pre-computed embeddings (``--enable-mm-embeds``, and always
+    under an EC-connector consumer such as Dynamo's ``ec_both`` connector): a modality whose limit
+    is 0 is then embedding-only and still active, so every modality of the model counts.
 
     Largest items, for ``model`` (a ``vlm.VisionModel``):
     - an image: ``tokens_per_image`` for a generic model; else the image processor's
@@ -381,9 +384,9 @@ def encoder_cache_budget(model: Any, max_num_batched_tokens: int,
     limits = limit_mm_per_prompt or {}
     largest = []
     image = _max_image_tokens(model)
-    if limits.get("image", VLLM_DEFAULT_MM_LIMIT) > 0 and image > 0:
+    if (mm_embeds or limits.get("image", VLLM_DEFAULT_MM_LIMIT) > 0) and image > 0:
         largest.append(image)
-    if limits.get("video", VLLM_DEFAULT_MM_LIMIT) > 0:
+    if mm_embeds or limits.get("video", VLLM_DEFAULT_MM_LIMIT) > 0:
         largest.append(_max_video_tokens(model, image, max_model_len))
     if not largest:
         return 0

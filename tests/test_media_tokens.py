@@ -250,6 +250,23 @@ def test_encoder_cache_budget_matches_vllm(source, max_pixels, batched, model_le
     assert encoder_cache_budget(model, batched, limits, model_len) == budget
 
 
+def test_encoder_cache_budget_under_an_ec_connector():
+    """Dynamo's connector (ec_both) makes vLLM accept pre-computed embeddings: a modality whose
+    limit is 0 stays active as embedding-only. Logged by the connector's server in
+    tests/real_engine/test_dynamo_connector.py: 3,840 tokens (a 6-frame video) with
+    ``{"image": 4, "video": 0}``, batched 2,048, context 4,096; the front tier's default follows."""
+    from mmdatagen.caches import get_target
+    from mmdatagen.io.imageref import front_budget
+    from mmdatagen.media_tokens import encoder_cache_budget
+
+    model = _tiny_qwen2vl()
+    limits = {"image": 4, "video": 0}
+    assert encoder_cache_budget(model, 2048, limits, 4096) == 2048
+    assert encoder_cache_budget(model, 2048, limits, 4096, mm_embeds=True) == 3840
+    assert front_budget(get_target("dynamo-connector"), model, None, 2048, limits,
+                        4096) == 3840
+
+
 def test_encoder_cache_budget_registry_models():
     """Shipped geometries, by the same rule: Qwen2.5-VL (16,384-token images) budgets a 14-frame
     video (7 groups) unless videos are off; Qwen3-VL's largest image (16,384) outweighs its
@@ -293,7 +310,9 @@ def test_front_budget_given_rule_and_single_tier():
     two_tier, single = get_target("dynamo-connector"), get_target("vllm-processor")
     model = _tiny_qwen2vl()
     assert front_budget(two_tier, model, 3150) == 3150
-    assert front_budget(two_tier, model, None, 512, {"image": 3, "video": 0}, 4096) == 1280
+    # the connector keeps videos active (embedding-only): the reference's 3,840 tokens with
+    # these flags was logged by a server running Dynamo's connector; plain vLLM logs 1,280
+    assert front_budget(two_tier, model, None, 512, {"image": 3, "video": 0}, 4096) == 3840
     assert front_budget(two_tier, model, None, 2048, {"image": 2, "video": 1}, 4096) == 3840
     assert front_budget(two_tier, model) == 8960  # 8,192 batched tokens, vLLM's default limits
     assert front_budget(single, model) is None
