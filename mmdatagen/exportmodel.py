@@ -6,7 +6,7 @@ blocks sit at the top level under their tag (``time_to_first_token``, ``request_
 """
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class StatsBlock(TypedDict, total=False):
@@ -121,3 +121,4 @@ class SweepDoc(TypedDict):
     statistics: str
     base_config: dict[str, Any]
     points: list[SweepPoint]
+    search: NotRequired[dict[str, Any]]  # sweep --search rate: the probes and the result

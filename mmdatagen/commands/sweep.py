@@ -11,7 +11,7 @@ import click
 from ..spec.cli import Decorator, make, options
 from ..spec.load import Load, Repeats
 from ..spec.report import ReportOutput
-from ..spec.sweep import LOAD_HELP, LOAD_SKIP, SweepGrid, SweepTarget
+from ..spec.sweep import LOAD_HELP, LOAD_SKIP, SweepGrid, SweepSearch, SweepTarget
 
 if TYPE_CHECKING:
     from ..report.html import Report
@@ -67,22 +67,30 @@ def write_report(rep: Report, out_dir: Path, quiet: bool, png: bool = False) -> 
 
 @click.command()
 @options(Load, skip=LOAD_SKIP, help=LOAD_HELP)
-@options(SweepGrid, Repeats, SweepTarget)
+@options(SweepGrid, Repeats, SweepTarget, SweepSearch)
 @goodput_option
 @report_options
 def sweep(**v: Any) -> None:
     """Run one dataset over a grid (concurrency x request rate x cache size x profile fields),
-    each point --repeats times; print and write mean ± 95 % CI per point (resumable)."""
+    each point --repeats times; print and write mean ± 95 % CI per point (resumable).
+
+    With --search rate: bisect instead to the highest request rate whose runs meet the
+    --goodput SLOs (each probe printed; the result in sweep.json and search.csv)."""
     from ..loadgen.sweep import run_sweep, sweep_config, sweep_table
 
     load = make(Load, {k: x for k, x in v.items() if k not in LOAD_SKIP})  # grid: lists
     cfg = sweep_config(load, make(SweepGrid, v), make(SweepTarget, v), make(Repeats, v).repeats,
-                       goodput=v["goodput"], report=not v["no_report"], png=v["png"])
+                       goodput=v["goodput"], report=not v["no_report"], png=v["png"],
+                       search=make(SweepSearch, v))
     result = run_sweep(cfg)
     if load.quiet:
         result.check()
         return
     click.echo(sweep_table(result.doc))
+    if "search" in result.doc:
+        from ..loadgen.search import search_summary
+
+        click.echo("\n" + search_summary(result.doc))
     click.echo(f"\nwritten: {result.json}  {result.csv}")
     if result.report:
         pngs = result.report["pngs"]

@@ -37,7 +37,7 @@ from ..errors import RunFailed, SpecError, UserError
 from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
 from ..spec.load import Load
-from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
+from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
 from ..spec.values import list_items
 from .run import BenchConfig, failed_run
 from .stats import summarize
@@ -172,6 +172,7 @@ class SweepConfig:
     png: bool = False
     quiet: bool = False
     force: bool = False  # a folder of another sweep: run every point again (no resume)
+    search: SweepSearch | None = None  # --search rate: probes instead of the grid (search.py)
 
     def expand(self) -> list[Params]:
         keys = list(self.grid)
@@ -186,8 +187,8 @@ class SweepConfig:
 
 
 def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int, *,
-                 goodput: tuple[str, ...] = (), report: bool = True, png: bool = False
-                 ) -> SweepConfig:
+                 goodput: tuple[str, ...] = (), report: bool = True, png: bool = False,
+                 search: SweepSearch | None = None) -> SweepConfig:
     """The specs resolved: every run's base config (runs are quiet) and the grid."""
     from .setup import bench_config
 
@@ -195,7 +196,8 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
                         output_dir=Path(target.output_dir), goodput=goodput)
     return SweepConfig(base=replace(base, quiet=True), grid=sweep_grid(grid), repeats=repeats,
                        output_dir=Path(target.output_dir), virtual=target.virtual,
-                       report=report, png=png, quiet=load.quiet, force=target.force)
+                       report=report, png=png, quiet=load.quiet, force=target.force,
+                       search=search if search is not None and search.search else None)
 
 
 def _validate(cfg: SweepConfig) -> None:
@@ -212,6 +214,10 @@ def _validate(cfg: SweepConfig) -> None:
     if cfg.virtual and cfg.base.fixed_schedule:
         raise SpecError("virtual", "does not model `fixed_schedule`")
     check_sim_params(cfg.base.profile, cfg.grid)
+    if cfg.search is not None:
+        from .search import check_search
+
+        check_search(cfg.search, cfg.base, cfg.grid)
 
 
 def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
@@ -404,9 +410,11 @@ def sweep_outputs(cfg: SweepConfig) -> list[Path]:
 
     out = Path(cfg.output_dir)
     from .resume import ORIGIN_NAME
+    from .search import SEARCH_CSV
 
-    paths = [out / name for name in (SWEEP_JSON, SWEEP_CSV, REPORT_NAME, PLOTS_DIR, ORIGIN_NAME)]
-    for params in cfg.expand():
+    paths = [out / name for name in (SWEEP_JSON, SWEEP_CSV, REPORT_NAME, PLOTS_DIR, ORIGIN_NAME,
+                                     SEARCH_CSV)]
+    for params in cfg.expand() if cfg.search is None else ():  # a search's probes: as they run
         paths.append(out / "profiles" / f"{point_name(params)}.yaml")
         for r in range(1, cfg.repeats + 1):
             paths.extend(run_outputs(out / point_name(params) / f"r{r}"))
@@ -415,7 +423,15 @@ def sweep_outputs(cfg: SweepConfig) -> list[Path]:
 
 def _sweep(cfg: SweepConfig, out: Path, log: Log | None, origin: Origin) -> SweepResult:
     runner = _Runner(cfg, out, log or _stderr_log(cfg.quiet), origin)
-    doc = sweep_document(cfg, [runner.point(params) for params in cfg.expand()])
+    if cfg.search is not None:
+        from .search import run_search
+
+        points, grid, search = run_search(cfg.search, dict(cfg.base.goodput), cfg.grid,
+                                          runner.point, runner.log)
+        doc = sweep_document(cfg, points)
+        doc["grid"], doc["search"] = grid, search
+    else:
+        doc = sweep_document(cfg, [runner.point(params) for params in cfg.expand()])
     result = _write(cfg, out, doc, runner.representatives)
     result.failed = runner.failed
     return result
@@ -434,7 +450,7 @@ class _Runner:
     def __init__(self, cfg: SweepConfig, out: Path, log: Log, origin: Origin) -> None:
         self.cfg, self.out, self.log = cfg, out, log
         self.origin = origin  # which of the folder's runs this very sweep made
-        self.total = len(cfg.expand()) * cfg.repeats
+        self.total = len(cfg.expand()) * cfg.repeats if cfg.search is None else 0  # 0: unknown
         self.done = 0
         self.predictions = _Predictions(Path(cfg.base.input_file))
         self.representatives: dict[str, Export] = {}  # point -> its first repeat's export
@@ -456,7 +472,7 @@ class _Runner:
         self.done += 1
         run_dir = self.out / name / f"r{r}"
         bc = _run_config(self.cfg, params, r - 1, run_dir, prof_ref)
-        tag = f"[{self.done}/{self.total}] {name} repeat {r}"
+        tag = f"[{self.done}{f'/{self.total}' if self.total else ''}] {name} repeat {r}"
         export = self._resume(run_dir, tag)
         resumed = export is not None
         if export is None:
@@ -526,6 +542,10 @@ def _write(cfg: SweepConfig, out: Path, doc: SweepDoc,
     res = SweepResult(doc, out / SWEEP_JSON, out / SWEEP_CSV)
     atomic_write_bytes(res.json, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     atomic_write_bytes(res.csv, to_csv(doc).encode())
+    if "search" in doc:
+        from .search import SEARCH_CSV, search_csv
+
+        atomic_write_bytes(out / SEARCH_CSV, search_csv(doc).encode())
     if cfg.report:
         from ..report.html import sweep_report
 

@@ -81,3 +81,27 @@ class SweepTarget:
     force: bool = option(False, "--force", "Run every point again in a folder of another sweep "
                          "(other dataset or settings); without it such a folder is refused and "
                          "a matching one is resumed.", short="-f", is_flag=True)
+
+
+@spec
+@dataclass(frozen=True)
+class SweepSearch:
+    """``sweep --search rate``: bisect to the highest request rate whose runs meet the
+    ``--goodput`` objectives, instead of running a grid."""
+
+    search: str | None = option(None, "--search", "Search instead of a grid: 'rate' finds the "
+                                "highest --request-rate whose runs meet the --goodput SLOs "
+                                "(each probe run --repeats times).", choices=("rate",))
+    search_min: float = option(1.0, "--search-min", "Lowest rate probed, req/s (the search "
+                               "reports when even it misses the SLOs).", kind=float,
+                               min=common.MIN_RATE, max=1e6)
+    search_max: float | None = option(None, "--search-max", "Highest rate probed, req/s "
+                                      "(default: double from --search-min until a probe "
+                                      "fails).", kind=float, min=common.MIN_RATE, max=1e6)
+    search_precision: float = option(0.05, "--search-precision", "Relative precision: stop "
+                                     "when the lowest failing rate is at most (1 + this) x the "
+                                     "highest passing one.", kind=float, min=0.001, max=1.0)
+    slo_attainment: float = option(0.9, "--slo-attainment", "Share of a run's profiling "
+                                   "requests that must be good (succeeded and met every "
+                                   "--goodput SLO) for its probe to pass; the mean over the "
+                                   "repeats decides.", kind=float, min=0, min_open=True, max=1.0)
