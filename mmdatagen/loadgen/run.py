@@ -557,9 +557,7 @@ def check_config(cfg: BenchConfig) -> None:
         from ..sim.profile import load_profile
 
         load_profile(cfg.profile)
-        if cfg.cache_gb is not None and cfg.cache_gb < 0:
-            raise UserError("the cache size must not be negative")
-        simulator_spec(cfg)
+        simulator_spec(cfg)  # checks every setting, the cache size too (spec.cache.SimCache)
 
 
 DTYPE_NAMES = {1: "fp8", 2: "bfloat16", 4: "float32"}  # Geometry.values()'s dtype_bytes back
