@@ -85,7 +85,7 @@ def test_virtual_search_finds_the_known_queueing_limit(tmp_path):
         assert len(p["attainments"]) == 2
     # each probe printed as it ran, and the result
     assert "probe 1: 1 req/s PASS; attainment 1.000 >= 1" in res.stderr
-    assert "probe 2: 40 req/s FAIL" in res.stderr and "ttft p100 3025 misses 139" in res.stderr
+    assert "probe 2: 40 req/s FAIL" in res.stderr and "ttft p100 3025 misses 139 ms" in res.stderr
     assert f"highest rate meeting the SLOs: {result['request_rate']:g} req/s" in res.stdout
     rows = list(csv.DictReader(io.StringIO((tmp_path / "sw" / "search.csv").read_text())))
     assert [float(r["request_rate"]) for r in rows] == [p["request_rate"] for p in probes]

@@ -91,7 +91,8 @@ def sweep(**v: Any) -> None:
         from ..loadgen.search import search_summary
 
         click.echo("\n" + search_summary(result.doc))
-    click.echo(f"\nwritten: {result.json}  {result.csv}")
+    searched = f"  {result.json.parent / 'search.csv'}" if "search" in result.doc else ""
+    click.echo(f"\nwritten: {result.json}  {result.csv}{searched}")
     if result.report:
         pngs = result.report["pngs"]
         click.echo(f"report: {result.report['html']}"

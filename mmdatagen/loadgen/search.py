@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import SpecError
-from ..metrics import RECORDS_NAME, metric_columns
+from ..metrics import RECORD_METRICS, RECORDS_NAME, metric_columns
 from .goodput import LARGER_IS_BETTER
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class Probe:
             ok = v is not None and ((v >= obj) if tag in LARGER_IS_BETTER else (v <= obj))
             parts.append(f"{SHORT.get(tag, tag)} {quantile_name(tag, self.target)} "
                          f"{'-' if v is None else f'{v:.4g}'} {'meets' if ok else 'misses'} "
-                         f"{obj:g}")
+                         f"{obj:g} {_unit(tag)}")
         return "; ".join(parts)
 
 
@@ -250,11 +250,15 @@ def _probe_line(p: dict[str, Any]) -> str:
     a = p["attainment"]
     metrics = "; ".join(
         f"{SHORT.get(tag, tag)} {m['quantile']} "
-        f"{'-' if m['value'] is None else format(m['value'], '.4g')} (SLO {m['objective']:g})"
-        for tag, m in p["slo_metrics"].items())
+        f"{'-' if m['value'] is None else format(m['value'], '.4g')} {_unit(tag)} "
+        f"(SLO {m['objective']:g})" for tag, m in p["slo_metrics"].items())
     return (f"  {p['probe']:>2}. {p['request_rate']:>10g} req/s  "
             f"{'PASS' if p['passed'] else 'FAIL'}  attainment "
             f"{'-' if a is None else f'{a:.3f}'}  {metrics}")
+
+
+def _unit(tag: str) -> str:
+    return RECORD_METRICS[tag][0]
 
 
 def search_csv(doc: SweepDoc) -> str:
