@@ -48,41 +48,40 @@ def for_size(fn: Callable[..., Any], refs: int) -> Callable[..., Any]:
     return fn if refs <= PYTHON_MAX_REFS else compiled(fn)
 
 
-def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):
-    """Fill ``req`` (required capacity per reference, -1 for a first reference).
-
-    ``ids``: dense object ids per reference; ``sizes``: size per reference (an object's size is
-    taken from its first reference). Work buffers: ``last`` and ``osize`` per object (``last``
-    preset to -1), ``tree`` and ``slot_obj`` of length T + 1 (T >= number of objects + 1, zeros
-    and -1). Works on numpy arrays (numba) and on Python lists alike.
-    """
-    n = len(ids)
-    cap = len(tree) - 1
+def stack_kernel(ids, sizes, req, count, last, osize, tree, slot_obj):
+    """Fill ``req`` (required capacity per reference, sizes' unit) and ``count`` (in entries:
+    1 + distinct objects since the previous reference); -1 for a first reference. ``sizes``
+    per reference (an object keeps its first). Buffers: ``last`` (-1), ``osize`` per object,
+    ``slot_obj`` (-1) of T + 1 >= objects + 2, ``tree`` (0) of 2 (T + 1): Fenwick trees of
+    sizes (2k) and ones (2k + 1) interleaved, one cache line for both. Arrays or lists."""
+    cap = len(slot_obj) - 1
     nxt = 1
-    total = 0
-    for i in range(n):
+    total = seen = 0
+    for i in range(len(ids)):
         x = ids[i]
         p = last[x]
         if p < 0:
-            s = sizes[i]
-            osize[x] = s
+            s = osize[x] = sizes[i]
             total += s
-            req[i] = -1
+            seen += 1
+            req[i] = count[i] = -1
         else:
             s = osize[x]
-            pre = 0
+            pre = pre1 = 0
             k = p
             while k > 0:
-                pre += tree[k]
+                pre += tree[2 * k]
+                pre1 += tree[2 * k + 1]
                 k -= k & -k
             req[i] = total - pre + s
+            count[i] = seen - pre1 + 1
             k = p
             while k <= cap:
-                tree[k] -= s
+                tree[2 * k] -= s
+                tree[2 * k + 1] -= 1
                 k += k & -k
             slot_obj[p] = -1
-        if nxt > cap:
-            # compaction: renumber live slots 1..L in order, rebuild the tree in linear time
+        if nxt > cap:  # compaction: live slots renumbered 1..seen in order, trees rebuilt
             live = 0
             for j in range(1, cap + 1):
                 o = slot_obj[j]
@@ -92,15 +91,18 @@ def stack_kernel(ids, sizes, req, last, osize, tree, slot_obj):
                     slot_obj[live] = o
                     last[o] = live
             for j in range(1, cap + 1):
-                tree[j] = osize[slot_obj[j]] if j <= live else 0
+                tree[2 * j] = osize[slot_obj[j]] if j <= live else 0
+                tree[2 * j + 1] = 1 if j <= live else 0
             for j in range(1, cap + 1):
                 k = j + (j & -j)
                 if k <= cap:
-                    tree[k] += tree[j]
+                    tree[2 * k] += tree[2 * j]
+                    tree[2 * k + 1] += tree[2 * j + 1]
             nxt = live + 1
         k = nxt
         while k <= cap:
-            tree[k] += s
+            tree[2 * k] += s
+            tree[2 * k + 1] += 1
             k += k & -k
         slot_obj[nxt] = x
         last[x] = nxt
@@ -148,43 +150,64 @@ def window_kernel(ids, obj_sizes, max_size, hi, req, stack):
     return req
 
 
-def decider_kernel(req, ref_row, out):
-    """Mark, per request, the reference whose required capacity decides "all images hit".
-
-    Rows are runs of equal ``ref_row``; a row with a first reference (-1) is never fully served.
-    """
+def pack_kernel(req, ids, ref_row, hi, bits):
+    """``(req << bits + 1) | (id << 1) | decider`` for references with 0 <= req < hi, where
+    the decider bit marks, per request (runs of equal ``ref_row``; empty: one reference per
+    request), the reference whose required capacity decides "all its images hit" (none when
+    the request has a first reference, -1: it is never fully served)."""
     n = len(req)
+    out = np.empty(n, np.int64)
+    k = 0
     i = 0
+    rows = len(ref_row) > 0
     while i < n:
-        j = i
+        j = i + 1
+        while rows and j < n and ref_row[j] == ref_row[i]:
+            j += 1
         best = i
         ok = True
-        while j < n and ref_row[j] == ref_row[i]:
-            if req[j] < 0:
+        for q in range(i, j):
+            if req[q] < 0:
                 ok = False
-            elif req[j] > req[best]:
-                best = j
-            out[j] = 0
-            j += 1
-        if ok:
-            out[best] = 1
+            elif req[q] > req[best]:
+                best = q
+        for q in range(i, j):
+            if 0 <= req[q] < hi:
+                out[k] = (req[q] << (bits + 1)) | (ids[q] << 1) | (1 if ok and q == best else 0)
+                k += 1
         i = j
-    return out
+    return out[:k]
 
 
-def pack_kernel(req, ids, dec, hi, bits):
-    """``(req << bits + 1) | (id << 1) | decider`` for references with 0 <= req < hi."""
-    count = 0
-    for i in range(len(req)):
-        if 0 <= req[i] < hi:
-            count += 1
-    out = np.empty(count, np.int64)
-    k = 0
-    for i in range(len(req)):
-        if 0 <= req[i] < hi:
-            out[k] = (req[i] << (bits + 1)) | (ids[i] << 1) | dec[i]
-            k += 1
-    return out
+def radix_kernel(a, shift):
+    """``a`` (non-negative) sorted by its bits from ``shift`` up: a least-significant-digit
+    radix sort, 11 bits a pass (the order within equal keys is the input's)."""
+    n = len(a)
+    top = 0
+    for i in range(n):
+        top = max(top, a[i] >> shift)
+    passes = 0
+    while top >> (11 * passes):
+        passes += 1
+    counts = np.zeros((max(passes, 1), 2048), np.int64)
+    for i in range(n):
+        v = a[i] >> shift
+        for p in range(passes):
+            counts[p, (v >> (11 * p)) & 2047] += 1
+    src, dst = a, np.empty_like(a)
+    for p in range(passes):
+        tot = 0
+        for d in range(2048):
+            c = counts[p, d]
+            counts[p, d] = tot
+            tot += c
+        sh = shift + 11 * p
+        for i in range(n):
+            d = (src[i] >> sh) & 2047
+            dst[counts[p, d]] = src[i]
+            counts[p, d] += 1
+        src, dst = dst, src
+    return src
 
 
 def group_kernel(packed, bits, obj_sizes, obj_tokens, lo):
@@ -408,4 +431,165 @@ def front_kernel(ev, row_start, ids, tok, budget, served, held, users, owner, pr
             held[i] = 1
     out[3] = used
     out[4] = freeable
+    return out
+
+
+def fifo_batch_kernel(ids, ref_row, w, info, caps, stop, pres, ring, ring_at, out):
+    """``fifo_kernel`` at each capacity k of ``caps`` (at most 62) in one pass. ``pres`` per
+    object: bit k set where present at capacity k; ``ring[ring_at[k]:ring_at[k + 1]]``:
+    capacity k's entries in insertion order (room for as many as fit). Misses counted in
+    ``out`` (K rows: misses, their bytes and tokens, requests with a miss, then misses, bytes,
+    tokens per modality; ``info`` per object: bytes, tokens, modality); capacity k stops
+    counting past ``stop[k]`` misses (-1: never), its row then only says "more"."""
+    nk = len(caps)
+    width = len(out) // nk
+    head = np.zeros(nk, np.int64)
+    tail = np.zeros(nk, np.int64)
+    used = np.zeros(nk, np.int64)
+    last = np.full(nk, -1, np.int64)
+    active = (1 << nk) - 1
+    for i in range(len(ids) * (nk > 0)):
+        x = ids[i]
+        todo = active & ~pres[x]
+        for k in range(nk if todo else 0):
+            if not (todo >> k) & 1:
+                continue
+            o = k * width
+            for _ in range(1 + (width > 4)):  # all, then the object's modality
+                out[o] += 1
+                out[o + 1] += info[3 * x]
+                out[o + 2] += info[3 * x + 1]
+                o = k * width + 4 + 3 * info[3 * x + 2]
+            if last[k] != ref_row[i]:
+                last[k] = ref_row[i]
+                out[k * width + 3] += 1
+            if out[k * width] > stop[k] >= 0:
+                active &= ~(1 << k)
+            if w[x] > caps[k] or caps[k] == 0:
+                continue
+            span = ring_at[k + 1] - ring_at[k]
+            while used[k] + w[x] > caps[k]:
+                y = ring[ring_at[k] + head[k]]
+                head[k] = (head[k] + 1) * (head[k] + 1 < span)  # wraps around, no division
+                pres[y] &= ~(1 << k)
+                used[k] -= w[y]
+            ring[ring_at[k] + tail[k]] = x
+            tail[k] = (tail[k] + 1) * (tail[k] + 1 < span)
+            pres[x] |= 1 << k
+            used[k] += w[x]
+    return out
+
+
+def completion_batch_kernel(ev, row_start, ids, w, info, caps, stop, flush, pres, stamp, miss,
+                            log, out):
+    """``completion_kernel`` at each capacity k of ``caps`` (at most 62) in one pass; ``pres``,
+    ``out`` and ``stop`` as in ``fifo_batch_kernel``. An LRU by access stamps: the t-th
+    reference the events visit has stamp t (``log[t]``: its object); ``stamp[x * K + k]``: x's
+    last at capacity k, so scanning the log from a tail finds the least recently used entry.
+    ``miss[i]``: bit k set where reference i missed at capacity k (stored at completion)."""
+    nk = len(caps)
+    width = len(out) // nk
+    used = np.zeros(nk, np.int64)
+    tail = np.zeros(nk, np.int64)
+    last = np.full(nk, -1, np.int64)
+    active = (1 << nk) - 1
+    t = 0
+    for q in range(len(ev)):
+        look = ev[q] >= 0
+        r = max(ev[q], ~ev[q])
+        for i in range(row_start[r], row_start[r + 1]):
+            x = log[t] = ids[i]
+            if look:
+                miss[i] = active & ~pres[x]
+            for k in range(nk * max(look, miss[i] != 0)):
+                if (pres[x] >> k) & 1:
+                    if look or (miss[i] >> k) & 1:
+                        stamp[x * nk + k] = t  # a hit at lookup, or stored meanwhile
+                elif look:
+                    o = k * width
+                    for _ in range(1 + (width > 4)):  # all, then the modality
+                        out[o] += 1
+                        out[o + 1] += info[3 * x]
+                        out[o + 2] += info[3 * x + 1]
+                        o = k * width + 4 + 3 * info[3 * x + 2]
+                    if last[k] != r:
+                        last[k] = r
+                        out[k * width + 3] += 1
+                    if out[k * width] > stop[k] >= 0:
+                        active &= ~(1 << k)
+                elif (miss[i] >> k) & 1 and (w[x] <= caps[k] or flush):
+                    lim = caps[k] * (w[x] <= caps[k])  # too large: the cache is flushed
+                    if lim:
+                        pres[x] |= 1 << k
+                        stamp[x * nk + k] = t
+                        used[k] += w[x]
+                    while used[k] > lim:
+                        y = log[tail[k]]
+                        if (pres[y] >> k) & 1 and stamp[y * nk + k] == tail[k]:
+                            pres[y] &= ~(1 << k)
+                            used[k] -= w[y]
+                        tail[k] += 1
+            t += 1
+    return out
+
+
+def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, cmask, stamps,
+                             miss, log, alive, out):
+    """``completion_batch_kernel``, one request at a time: present entries carry the object's
+    last lookup stamp (``stamps[2x]``, hits) or its current completion's (``stamps[2x + 1]``,
+    stored since: ``cmask[x]``), so a hit refreshes every capacity at once. ``log[t]``: stamp
+    t's object; ``alive[t] != t`` links past stamps a later access superseded (-1: a spare).
+    ``miss``: the request's miss bits per reference."""
+    nk = len(caps)
+    width = len(out) // nk
+    used, tail = np.zeros(nk, np.int64), np.zeros(nk, np.int64)
+    t = 0
+    active = (1 << nk) - 1
+    for r in range(len(row_start) - 1):
+        a = row_start[r]
+        any_miss = 0
+        for i in range(a, row_start[r + 1]):  # lookups
+            x = ids[i]
+            miss[i - a] = active & ~pres[x]
+            any_miss |= miss[i - a]
+            alive[stamps[2 * x]] = stamps[2 * x] + 1  # superseded at every capacity
+            alive[stamps[2 * x + 1]] = stamps[2 * x + 1] + 1
+            stamps[2 * x] = t  # every present entry refreshed
+            stamps[2 * x + 1] = -1
+            cmask[x] = 0
+            t += 1
+            for k in range(nk * (miss[i - a] != 0)):
+                o = k * width
+                for _ in range(((miss[i - a] >> k) & 1) * (1 + (width > 4))):  # all, modality
+                    out[o] += 1
+                    out[o + 1] += info[3 * x]
+                    out[o + 2] += info[3 * x + 1]
+                    o = k * width + 4 + 3 * info[3 * x + 2]
+        for k in range(nk):  # requests with a miss; capacities past their stop
+            out[k * width + 3] += (any_miss >> k) & 1
+            if out[k * width] > stop[k] >= 0:
+                active &= ~(1 << k)
+        for i in range(a, row_start[r + 1]):  # completion: misses stored
+            x = ids[i]
+            old = stamps[2 * x + 1] if miss[i - a] else t  # no miss: touches nothing
+            alive[old] = old + 1
+            stamps[2 * x + 1] = t if miss[i - a] else stamps[2 * x + 1]
+            for k in range(nk * (miss[i - a] != 0)):
+                if not (miss[i - a] >> k) & 1 or (w[x] > caps[k] and not flush):
+                    continue
+                if (pres[x] >> k) & 1 or w[x] <= caps[k]:
+                    used[k] += w[x] * (1 - ((pres[x] >> k) & 1))
+                    pres[x] |= 1 << k
+                    cmask[x] |= 1 << k
+                while used[k] > caps[k] * (w[x] <= caps[k]):  # too large: the cache flushed
+                    q = tail[k]
+                    while alive[q] != q:  # the next live stamp, halving the path
+                        alive[q] = alive[alive[q]]
+                        q = alive[q]
+                    y = log[q]
+                    if (pres[y] >> k) & 1 and stamps[2 * y + ((cmask[y] >> k) & 1)] == q:
+                        pres[y] &= ~(1 << k)
+                        used[k] -= w[y]
+                    tail[k] = q + 1
+            t += 1
     return out

@@ -56,6 +56,13 @@ def required_capacity(ids: np.ndarray, sizes: np.ndarray, num_objects: int | Non
     ``ids`` are dense object ids, ``sizes`` per-reference sizes (a key's first size counts).
     ``compiled`` forces the numba (True) or Python (False) kernel; default by trace length.
     """
+    return required_capacities(ids, sizes, num_objects, compiled)[0]
+
+
+def required_capacities(ids: np.ndarray, sizes: np.ndarray, num_objects: int | None = None,
+                        compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`required_capacity`, and the same in entries (an LRU counting entries), from one
+    pass."""
     ids = np.ascontiguousarray(ids, np.int64)
     sizes = np.ascontiguousarray(sizes, np.int64)
     n = ids.size
@@ -64,14 +71,15 @@ def required_capacity(ids: np.ndarray, sizes: np.ndarray, num_objects: int | Non
     if compiled is None:
         compiled = n > K.PYTHON_MAX_REFS
     if not compiled:
-        out = [0] * n
-        K.stack_kernel(ids.tolist(), sizes.tolist(), out, [-1] * m, [0] * m, [0] * (slots + 1),
-                       [-1] * (slots + 1))
-        return np.array(out, np.int64)
-    req = np.empty(n, np.int64)
-    K.compiled(K.stack_kernel)(ids, sizes, req, np.full(m, -1, np.int64), np.zeros(m, np.int64),
-                                  np.zeros(slots + 1, np.int64), np.full(slots + 1, -1, np.int64))
-    return req
+        out, out1 = [0] * n, [0] * n
+        K.stack_kernel(ids.tolist(), sizes.tolist(), out, out1, [-1] * m, [0] * m,
+                       [0] * (2 * slots + 2), [-1] * (slots + 1))
+        return np.array(out, np.int64), np.array(out1, np.int64)
+    req, count = np.empty(n, np.int64), np.empty(n, np.int64)
+    K.compiled(K.stack_kernel)(ids, sizes, req, count, np.full(m, -1, np.int64),
+                               np.zeros(m, np.int64), np.zeros(2 * slots + 2, np.int64),
+                               np.full(slots + 1, -1, np.int64))
+    return req, count
 
 
 @dataclass
@@ -145,21 +153,29 @@ def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tok
     Returns [capacity, hits, bytes, tokens, full requests, per-modality rows (``obj_mod``)].
     """
     n = req.size
-    if ref_row is None:
-        dec = (req >= 0).astype(np.int64)
-    else:
-        dec = K.for_size(K.decider_kernel, n)(req, ref_row, np.empty(n, np.int64))
     bits = max(1, int(obj_sizes.size - 1).bit_length())
     top = int(req.max()) if req.size else 0
     if top >= (1 << (62 - bits)):
         raise UserError("cache sizes too large to analyse (required capacity overflows 64 bits)")
-    packed = K.for_size(K.pack_kernel, n)(req, ids, dec, min(hi, _INF), bits)
-    packed.sort()
+    rows = np.zeros(0, np.int64) if ref_row is None else ref_row
+    packed = K.for_size(K.pack_kernel, n)(req, ids, rows, min(hi, _INF), bits)
+    if n > K.PYTHON_MAX_REFS:
+        packed = K.compiled(K.radix_kernel)(packed, bits + 1)
+    else:
+        packed = np.sort(packed)
     group = K.for_size(K.group_kernel, n)
     caps, cols = group(packed, bits, obj_sizes, obj_tokens, lo)
     if obj_mod is None:
         return [caps, *cols]
     return [caps, *cols, *_modal_columns(group, packed, bits, obj_sizes, obj_tokens, obj_mod, lo)]
+
+
+def curve_of(req: np.ndarray, ids: np.ndarray, obj_bytes: np.ndarray, obj_tokens: np.ndarray,
+             ref_row: np.ndarray | None, obj_mod: np.ndarray | None = None) -> Curve:
+    """The curve of one stack pass's required capacities (hit iff 0 <= req <= C; no bypass
+    tiers), e.g. the count from :func:`required_capacities` for an LRU counting entries."""
+    return Curve.of(_join([_step_curve(req, ids, obj_bytes, obj_tokens, ref_row,
+                                       obj_mod=obj_mod)]))
 
 
 def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
@@ -206,6 +222,21 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
     ``hit_bytes`` adds up (default ``obj_sizes``; e.g. real bytes for an LRU counting entries);
     ``obj_mod``: modality per object, for the per-modality columns.
     """
+    return _curves(ids, obj_sizes, obj_tokens, ref_row, oversize, obj_bytes, obj_mod, False)[0]
+
+
+def lru_curves(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | None = None,
+               ref_row: np.ndarray | None = None, oversize: str = "bypass",
+               obj_mod: np.ndarray | None = None) -> tuple[Curve, Curve]:
+    """:func:`lru_curve`, and the curve of an LRU counting entries (capacity in entries, its
+    ``hit_bytes`` in ``obj_sizes``; exact at every count), from one stack pass."""
+    byte, count = _curves(ids, obj_sizes, obj_tokens, ref_row, oversize, None, obj_mod, True)
+    assert count is not None
+    return byte, count
+
+
+def _curves(ids, obj_sizes, obj_tokens, ref_row, oversize: str, obj_bytes, obj_mod,
+            entries: bool) -> tuple[Curve, Curve | None]:
     if oversize not in OVERSIZE:
         raise UserError(f"unknown oversize policy {oversize!r}; choose from {', '.join(OVERSIZE)}")
     ids = np.ascontiguousarray(ids, np.int64)
@@ -213,7 +244,7 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
     obj_tokens = np.zeros_like(obj_sizes) if obj_tokens is None else np.asarray(obj_tokens, np.int64)
     if ref_row is not None:
         ref_row = np.asarray(ref_row, np.int64)
-        if ref_row.size != ids.size or (ref_row.size > 1 and (np.diff(ref_row) < 0).any()):
+        if ref_row.size != ids.size or (ref_row.size > 1 and (ref_row[1:] < ref_row[:-1]).any()):
             raise UserError("ref_row must give a non-decreasing request index per reference")
     if ids.size and (ids.min() < 0 or ids.max() >= obj_sizes.size):
         raise UserError("object ids must index obj_sizes")
@@ -233,9 +264,11 @@ def lru_curve(ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray | N
             parts.append(_step_curve(sub, ids, obj_bytes, obj_tokens, ref_row, int(t_lo),
                                      int(t_hi), obj_mod))
         lo = int(tiers[-1])
-    req = required_capacity(ids, sizes, m)
+    req, count = required_capacities(ids, sizes, m)
     parts.append(_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo, obj_mod=obj_mod))
-    return Curve.of(_join(parts))
+    if not entries:
+        return Curve.of(_join(parts)), None
+    return Curve.of(_join(parts)), curve_of(count, ids, obj_sizes, obj_tokens, ref_row, obj_mod)
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,

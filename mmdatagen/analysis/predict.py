@@ -12,21 +12,20 @@ from ..caches.targets import UNIT_SCALE
 from ..errors import UserError
 from ..vlm import VisionModel
 from . import concurrency, tiers
+from . import sampled as S
 from . import targets as T
-from .lru import OVERSIZE, Curve, lru_curve, required_capacity
-from .media import COUNTS, MODALITIES, modal_counts, modal_key, modal_rows, modal_totals
+from .lru import OVERSIZE, Curve, curve_of, lru_curves, required_capacities
+from .media import modal_key, modal_rows, modal_totals
 from .trace import Trace
 
 GIB = 1 << 30
 FRACTIONS = (0.9, 0.99, 1.0)
 INSERT = ("schedule", "completion")
 CURVE_SAMPLES = 400  # capacities simulated for a curve under insert-at-completion
-REPLAY_SAMPLES = 48
-REPLAY_CURVE_MAX_REFS = 50_000  # below a request's span, curves are replayed only this far  # capacities replayed for a curve where no one-pass answer exists
+REPLAY_SAMPLES = 48  # capacities replayed for a FIFO's curve
+REPLAY_CURVE_MAX_REFS = 50_000  # below a request's span, curves are replayed only this far
 REPLAY_BUDGET = 100_000_000  # references replayed for one sampled curve, at most
 MIN_SAMPLES = 16
-GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
-GRID_STEP = 0.01  # relative step of that grid (thresholds of replay methods within 1 %)
 SPREAD_ORDERS = 8  # completion orders (FIFO + seeded random) behind an a priori spread
 
 
@@ -116,93 +115,43 @@ class Analysis:
         return rows
 
 
-class _Points:
-    """Counts at any capacity from a per-reference hit-flag function (memoised)."""
-
-    def __init__(self, flags_at, trace: Trace, sizes: np.ndarray, tokens: np.ndarray):
-        self.flags_at = flags_at
-        self.ref_bytes, self.ref_tokens = sizes[trace.ids], tokens[trace.ids]
-        self.ref_mod = None if trace.modality is None else trace.modality[trace.ids]
-        self.starts = np.flatnonzero(np.r_[True, np.diff(trace.ref_row) != 0]) if trace.ids.size \
-            else np.zeros(0, np.int64)
-        self.memo: dict = {}
-
-    def at(self, cap: float, unit_sizes: bool = False) -> dict:
-        key = (cap, unit_sizes)
-        if key not in self.memo:
-            flags = self.flags_at(cap, unit_sizes)
-            full = np.minimum.reduceat(flags, self.starts) if flags.size else flags
-            counts = {
-                "hits": int(flags.sum()), "hit_bytes": int(self.ref_bytes[flags].sum()),
-                "hit_tokens": int(self.ref_tokens[flags].sum()), "full_requests": int(full.sum())}
-            if self.ref_mod is not None:
-                counts.update(modal_counts(flags, self.ref_mod, self.ref_bytes, self.ref_tokens))
-            self.memo[key] = counts
-        return self.memo[key]
-
-    def smallest(self, min_hits: float, hi: int, unit_sizes: bool) -> int | None:
-        """Smallest capacity in [0, hi] with enough hits (hit counts taken to rise with
-        capacity): exact for small ranges, else on a grid of 1 % steps (each step is a replay)."""
-        if self.at(hi, unit_sizes)["hits"] < min_hits:
-            return None
-        grid = np.arange(hi + 1) if hi <= GRID_EXACT else np.unique(np.r_[
-            0, np.geomspace(1, hi, int(np.log(hi) / np.log(1 + GRID_STEP)) + 2).astype(np.int64),
-            hi])
-        lo, top = 0, grid.size - 1
-        while lo < top:
-            mid = (lo + top) // 2
-            if self.at(int(grid[mid]), unit_sizes)["hits"] >= min_hits:
-                top = mid
-            else:
-                lo = mid + 1
-        return int(grid[lo])
+def _completion_points(ev, trace, sizes, tokens, oversize) -> S.Points:
+    return S.Points(S.completion_counter(trace, sizes, tokens, ev, oversize == "flush"))
 
 
-def _completion_points(ev, trace, sizes, tokens, oversize) -> _Points:
-    row_start = np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
-
-    def flags(cap, unit):
-        weights = np.ones_like(sizes) if unit else sizes
-        return concurrency.completion_flags(ev, row_start, trace.ids, weights, cap, oversize)
-    return _Points(flags, trace, sizes, tokens)
-
-
-def _replay_points(target, trace, sizes, tokens, fifo: bool) -> _Points:
+def _replay_points(target, trace, sizes, tokens, fifo: bool) -> S.Points:
+    if fifo:
+        return S.Points(S.fifo_counter(trace, sizes, tokens))
     replays: dict = {}
 
     def flags(cap, unit):
         w = np.ones_like(sizes) if unit else sizes
-        if fifo:
-            return T.fifo_flags(trace, w, cap)
         if unit not in replays:
             replays[unit] = T.Replay(target, trace, w)
-        return replays[unit].flags(int(min(cap, 1 << 62)))
-    return _Points(flags, trace, sizes, tokens)
+        return replays[unit].flags(cap)
+    return S.Points(S.flag_counter(trace, sizes, tokens, flags))
 
 
-def _curve_from_points(pts: _Points, caps: np.ndarray, limit: int) -> Curve:
-    """A curve sampled at up to ``limit`` of ``caps`` (fewer on long traces: every sample is
-    a replay, and the samples together replay at most REPLAY_BUDGET references)."""
-    refs = max(int(pts.ref_bytes.size), 1)
-    limit = int(min(limit, max(MIN_SAMPLES, REPLAY_BUDGET // refs)))
-    if caps.size > limit:
-        caps = caps[np.unique(np.linspace(0, caps.size - 1, limit).astype(int))]
-    got = [pts.at(int(c)) for c in caps]
-    names = ["hits", "hit_bytes", "hit_tokens", "full_requests"]
-    if pts.ref_mod is not None:
-        names += [modal_key(m, c) for m in MODALITIES for c in COUNTS]
-    return Curve.of([caps.astype(np.int64),
-                     *(np.array([p[k] for p in got], np.int64) for k in names)])
+def _curve_from_points(pts: S.Points, caps: np.ndarray, trace: Trace) -> Curve:
+    return S.curve_from_points(pts, caps, trace.modality is not None)
+
+
+def _sample_caps(trace: Trace, sizes: np.ndarray, limit: int) -> np.ndarray:
+    """A sampled curve's capacities: ``limit`` at most, together replaying at most
+    REPLAY_BUDGET references (but ``MIN_SAMPLES``)."""
+    return S.sample_caps(sizes, trace.ids, limit, int(trace.ids.size), REPLAY_BUDGET,
+                         MIN_SAMPLES)
 
 
 @dataclass
 class _Eval:
-    """How one analysis answers: counts at a capacity (entry unit or images), the best case,
-    the smallest capacity for a hit count, the curve, and whether it was sampled."""
+    """How one analysis answers: counts at a capacity (entry unit or images), the smallest
+    capacity (entry unit or images) for each of several hit counts, the curve, and whether it
+    was sampled."""
 
     at_size: Callable[[float], dict]
     at_images: Callable[[float], dict]
-    smallest: Callable[[float, bool], int | None]
+    smallest: Callable[[Sequence[float], bool], list[int | None]]
     curve: Curve
     sampled: bool
     method: str
@@ -217,65 +166,74 @@ def _stack_eval(curve: Curve, count_curve: Curve | None, method: str) -> _Eval:
             raise UserError("a capacity in images is not defined for this cache target")
         return at(c, count_curve)
 
-    def smallest(min_hits, unit):
+    def smallest(needs, unit):
         if unit and count_curve is None:
-            return None
-        return (count_curve if unit and count_curve is not None else curve
-                ).smallest_capacity(min_hits)
+            return [None] * len(needs)
+        cv = count_curve if unit and count_curve is not None else curve
+        return [cv.smallest_capacity(n) for n in needs]
     return _Eval(at, at_images, smallest, curve, False, method)
 
 
+def _sampled_eval(pts: S.Points, hi: Callable[[bool], int], samples: Callable[[], np.ndarray],
+                  trace: Trace, warm: Sequence[int], want_curve: bool, method: str) -> _Eval:
+    """A policy answered by replays (``pts``); thresholds searched up to ``hi(unit)``. The
+    curve's ``samples`` (when wanted) and the capacities about to be asked (``warm``) are
+    replayed together."""
+    caps = samples() if want_curve else np.zeros(0, np.int64)
+    pts.many([*caps.tolist(), *warm, hi(False), *pts.seeds(hi(False))])
+    curve = (_curve_from_points(pts, caps, trace) if want_curve
+             else Curve(*(np.zeros(0, np.int64),) * 5))
+    return _Eval(pts.at, lambda c: pts.at(c, True), lambda h, u: pts.smallest(h, hi(u), u),
+                 curve, True, method)
+
+
 def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
-              want_curve: bool) -> _Eval:
-    """The fastest exact method for the target's policy over ``trace`` (dispatch order)."""
-    ones = np.ones_like(sizes)
+              want_curve: bool, warm: Sequence[int] = ()) -> _Eval:
+    """The fastest exact method for the target's policy over ``trace`` (dispatch order);
+    ``warm``: capacities about to be asked (replayed at once where each is a replay)."""
     mod = trace.modality
 
-    def stack(obj_sizes, oversize, obj_bytes=None) -> Curve:
-        return lru_curve(trace.ids, obj_sizes, tokens, trace.ref_row, oversize,
-                         obj_bytes=obj_bytes, obj_mod=mod)
+    def curves(oversize) -> tuple[Curve, Curve]:
+        return lru_curves(trace.ids, sizes, tokens, trace.ref_row, oversize, mod)
+
+    def sampled(limit: int) -> Callable[[], np.ndarray]:
+        return lambda: _sample_caps(trace, sizes, limit)
     if t.entry == "embedding-set":
         return _stack_eval(T.set_curve(trace, sizes, tokens), None,
                            "one-pass stack curve over image sets (exact)")
     if t.front is not None:  # ``trace``: the connector's lookups (``tiers.connector_trace``)
-        return _stack_eval(stack(sizes, "bypass"), stack(ones, "flush", sizes),
-                           "vLLM's encoder cache replayed once; a one-pass stack curve of "
-                           "Dynamo's connector over its misses (exact)")
+        return _stack_eval(*curves("bypass"), "vLLM's encoder cache replayed once; a one-pass "
+                           "stack curve of Dynamo's connector over its misses (exact)")
     if t.eviction == "fifo":
         pts = _replay_points(t, trace, sizes, tokens, fifo=True)
-        caps = lru_curve(trace.ids, sizes, tokens, trace.ref_row, t.oversize).capacity
-        return _Eval(pts.at, lambda c: pts.at(c, True),
-                     lambda h, u: pts.smallest(h, int(sizes.sum()) + 1 if not u else sizes.size, u),
-                     _curve_from_points(pts, caps, REPLAY_SAMPLES) if want_curve else Curve(
-                         *(np.zeros(0, np.int64),) * 5),
-                     True, "one compiled FIFO replay per capacity (exact; FIFO hits need not "
-                           "rise with capacity)")
+        return _sampled_eval(
+            pts, lambda u: sizes.size if u else int(sizes.sum()) + 1,
+            sampled(REPLAY_SAMPLES), trace, warm, want_curve,
+            "compiled FIFO replays, many capacities a pass (exact; FIFO hits need not rise "
+            "with capacity)")
     if sem.insert_mode == "completion":
         pts = _completion_points(ev, trace, sizes, tokens, t.oversize)
-        big = int(sizes[np.unique(trace.ids)].sum()) + 1 if trace.ids.size else 1
-        ref = stack(sizes, t.oversize)
-        return _Eval(pts.at, lambda c: pts.at(c, True),
-                     lambda h, u: pts.smallest(h, int(np.unique(trace.ids).size) if u else big, u),
-                     _curve_from_points(pts, ref.capacity, CURVE_SAMPLES) if want_curve else ref,
-                     True, f"event replay, {sem.in_flight} in flight completing first-in "
-                           "first-out (per capacity)")
-    count_curve = stack(ones, "flush", sizes)
+        used = np.flatnonzero(np.bincount(trace.ids, minlength=sizes.size))
+        return _sampled_eval(
+            pts, lambda u: used.size if u else int(sizes[used].sum()) + 1 if used.size else 1,
+            sampled(CURVE_SAMPLES), trace, warm, want_curve,
+            f"event replay, {sem.in_flight} in flight completing first-in first-out "
+            "(compiled, many capacities a pass)")
     if t.touch_request_first or t.eviction == "freeable":
-        return _span_eval(t, trace, sizes, tokens, count_curve, want_curve)
-    return _stack_eval(stack(sizes, t.oversize), count_curve, "one-pass stack curve (exact)")
+        return _span_eval(t, trace, sizes, tokens, want_curve)
+    return _stack_eval(*curves(t.oversize), "one-pass stack curve (exact)")
 
 
-def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
-               want_curve: bool) -> _Eval:
+def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, want_curve: bool) -> _Eval:
     """Policies that keep a request's items together (vLLM's processor cache touches them
     first; its encoder cache pins them): a stack curve exact for every capacity that holds a
     request's distinct items together (the span), exact replays of the model below it."""
     span = T.request_span(trace, sizes)
+    req, count = required_capacities(trace.ids, sizes[trace.ids], sizes.size)
+    count_curve = curve_of(count, trace.ids, sizes, tokens, trace.ref_row, trace.modality)
+    how = "one-pass stack curve by release order"
     if t.touch_request_first:
-        req, how = T.touch_required(trace, sizes), "stack distance at each request's start"
-    else:
-        req = required_capacity(trace.ids, sizes[trace.ids], sizes.size)
-        how = "one-pass stack curve by release order"
+        req, how = T.touch_required(trace, sizes, req), "stack distance at each request's start"
     curve = Curve.of(T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span,
                                    obj_mod=trace.modality))
     pts = _replay_points(t, trace, sizes, tokens, fifo=False)
@@ -283,15 +241,15 @@ def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, count_curve: Curve,
     def at(c):
         return pts.at(c) if c < span else {k: int(v[0]) for k, v in curve.at([c]).items()}
 
-    def smallest(min_hits, unit):
+    def smallest(needs, unit):
         if unit:
-            return count_curve.smallest_capacity(min_hits)
-        hit = curve.smallest_capacity(min_hits)
-        if hit is not None and hit > span:
-            return hit
-        return pts.smallest(min_hits, span, False)
+            return [count_curve.smallest_capacity(n) for n in needs]
+        hits = [curve.smallest_capacity(n) for n in needs]
+        low = [n for n, h in zip(needs, hits) if h is None or h <= span]
+        below = dict(zip(low, pts.smallest(low, span, False))) if low else {}
+        return [h if h is not None and h > span else below[n] for n, h in zip(needs, hits)]
     if want_curve and span > 0 and trace.ids.size <= REPLAY_CURVE_MAX_REFS:
-        low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), 16)
+        low = _curve_from_points(pts, np.linspace(0, span - 1, 16).astype(np.int64), trace)
         curve = Curve.of([np.concatenate([low.capacity, curve.capacity]),
                           *(np.concatenate([low.columns()[k], col])
                             for k, col in curve.columns().items())])
@@ -336,7 +294,8 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
     trace, ev, front_row = _lookups(trace, sizes, tokens, sem, depends, front)
     used = np.flatnonzero(np.bincount(trace.ids, minlength=sizes.size))
     totals = _totals(trace, sizes, tokens)
-    ev_ = _evaluate(t, trace, sizes, tokens, ev, sem, want_curve)
+    ev_ = _evaluate(t, trace, sizes, tokens, ev, sem, want_curve,
+                    [int(sizes[used].sum()) * 2 + 1, *map(int, cache_bytes)])
     if front_row:
         ev_ = _whole_requests(ev_, front_row["requests_served"])
         totals["requests_with_images"] += front_row["requests_served"]
@@ -416,7 +375,7 @@ def _connector(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, front: tiers
     served, c = tiers.front_flags(trace, front.tokens(sizes), front.budget, ev)
     refs = int(trace.ids.size)
     back = tiers.connector_trace(trace, served)
-    rows, asking = (np.unique(tr.ref_row).size for tr in (trace, back))
+    rows, asking = (_rows_with_refs(tr) for tr in (trace, back))
     return back, {
         "target": "vllm-encoder", "budget_tokens": front.budget, "references": refs,
         "hits": c["hits"], "hit_rate": c["hits"] / max(refs, 1),
@@ -453,10 +412,16 @@ def _connector_counts(row: dict, back: Trace, sizes: np.ndarray, front_hits: int
                encoder_hits=front_hits)
 
 
+def _rows_with_refs(trace: Trace) -> int:
+    """Requests with at least one reference (``ref_row`` is non-decreasing)."""
+    n = int(trace.ids.size)
+    return int(np.count_nonzero(trace.ref_row[1:] != trace.ref_row[:-1])) + 1 if n else 0
+
+
 def _totals(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> dict:
     ids, n = trace.ids, int(trace.ids.size)
     return {"references": n, "bytes": int(sizes[ids].sum()), "tokens": int(tokens[ids].sum()),
-            "requests_with_images": int(np.count_nonzero(np.diff(trace.ref_row))) + 1 if n else 0}
+            "requests_with_images": _rows_with_refs(trace)}
 
 
 def _capacity_row(t: CacheTarget, cap: int | None, cap_images: int | None, counts: dict,
@@ -472,10 +437,14 @@ def _capacity_row(t: CacheTarget, cap: int | None, cap_images: int | None, count
 def _thresholds(t: CacheTarget, ev_: _Eval, best_hits: int) -> list[dict]:
     """The smallest capacity (entry unit, and in images) reaching each share of the best."""
     out = []
-    for frac in FRACTIONS:
-        need = math.ceil(frac * best_hits - 1e-9)
-        b = ev_.smallest(need, False) if need > 0 else 0
-        i = ev_.smallest(need, True) if need > 0 and t.entry != "embedding-set" else None
+    needs = [math.ceil(frac * best_hits - 1e-9) for frac in FRACTIONS]
+    asked = [n for n in needs if n > 0]
+    in_bytes = dict(zip(asked, ev_.smallest(asked, False))) if asked else {}
+    images = t.entry != "embedding-set"
+    in_images = dict(zip(asked, ev_.smallest(asked, True))) if asked and images else {}
+    for frac, need in zip(FRACTIONS, needs):
+        b = in_bytes[need] if need > 0 else 0
+        i = in_images[need] if need > 0 and images else None
         out.append({"fraction_of_best": frac, "hits": need, "capacity_bytes": b,
                     "capacity": None if b is None else b / UNIT_SCALE[t.unit],
                     "capacity_gib": None if b is None or t.unit == "tokens" else b / GIB,
@@ -506,7 +475,7 @@ def _spread(trace: Trace, sizes, tokens, t: CacheTarget, sem: Semantics,
         if front is not None:
             tr = _connector(tr, sizes, tokens, front, ev)[0]
             refs = max(int(tr.ids.size), 1)
-        e = _evaluate(t, tr, sizes, tokens, ev, sem, want_curve=False)
+        e = _evaluate(t, tr, sizes, tokens, ev, sem, False, caps)
         for k, c in enumerate(caps):
             per_cap[k].append(e.at_size(c)["hits"] / refs)
     return [{"orders": len(v), "min": min(v), "median": float(np.median(v)), "max": max(v)}

@@ -30,12 +30,15 @@ def row_starts(trace: Trace) -> np.ndarray:
     return np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
 
 
-def touch_required(trace: Trace, sizes: np.ndarray) -> np.ndarray:
+def touch_required(trace: Trace, sizes: np.ndarray, req: np.ndarray | None = None
+                   ) -> np.ndarray:
     """Per reference, the smallest capacity at which it hits in a touch-first LRU; exact for
-    capacities of at least :func:`request_span` (below, use :class:`Replay`)."""
+    capacities of at least :func:`request_span` (below, use :class:`Replay`). ``req``: the
+    plain stack distances (``lru.required_capacity``) when already computed (rewritten)."""
     ids = np.ascontiguousarray(trace.ids, np.int64)
     sizes = np.asarray(sizes, np.int64)
-    req = required_capacity(ids, sizes[ids], sizes.size)
+    if req is None:
+        req = required_capacity(ids, sizes[ids], sizes.size)
     if ids.size == 0:
         return req
     fn = K.for_size(K.touch_kernel, ids.size)

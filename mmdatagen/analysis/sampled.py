@@ -1,0 +1,307 @@
+"""Cache policies without a one-pass curve, answered by exact replays at chosen capacities.
+
+A FIFO (vLLM's shared-memory ring) has no inclusion property, and insert-at-completion depends
+on the completion order: each capacity is a replay. The replays are compiled and batched: one
+pass over the trace answers up to ``BATCH`` capacities (``kernels.fifo_batch_kernel``,
+``kernels.completion_batch_kernel``), counting misses per object and capacity, from which every
+count of a capacity row follows. :class:`Points` memoises the counts; its threshold search is
+the binary search over a grid of capacities (hit counts taken to rise with capacity) run for
+several hit targets at once: the path each search would take is predicted from the counts known
+so far, every capacity on those paths is replayed in one pass, and the walk is repeated on the
+true counts until no search meets a capacity it has not replayed (the answers are those of the
+search one replay at a time).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from . import kernels as K
+from .lru import Curve
+from .media import COUNTS, MODALITIES, modal_counts, modal_key
+from .trace import Trace
+
+BATCH = 32  # capacities per compiled pass (state: objects x BATCH)
+GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
+GRID_STEP = 0.01  # relative step of that grid (thresholds of replay methods within 1 %)
+SEED_DEPTH = 3  # the search tree's top levels replayed first (shared by every search)
+_CAP = 1 << 62
+
+# counts at capacities (entry unit, or entries), each counted in full or, where a hit target is
+# given (not -1), only until the replay cannot reach it (None: fewer hits than that)
+Counter = Callable[[np.ndarray, bool, np.ndarray], list]
+
+
+class Points:
+    """Counts (hits, hit bytes and tokens, all-hit requests, per modality) at any capacity in
+    the entry unit, or in entries (``unit``), from ``counter``; memoised."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.memo: dict[tuple[int, bool], dict] = {}
+        self.below: dict[tuple[int, bool], float] = {}  # replays stopped: fewer hits than this
+
+    def at(self, cap: float, unit: bool = False) -> dict:
+        return self.many([cap], unit)[0]
+
+    def many(self, caps: Sequence[float] | np.ndarray, unit: bool = False) -> list[dict]:
+        """Counts at each of ``caps`` (new ones replayed together)."""
+        keys = [int(min(c, _CAP)) for c in caps]
+        self._replay({c: -1.0 for c in keys if (c, unit) not in self.memo}, unit)
+        return [self.memo[(c, unit)] for c in keys]
+
+    def _replay(self, todo: dict[int, float], unit: bool) -> None:
+        """Replay ``todo`` (capacity -> the hit target it is asked about, -1: every count)."""
+        if not todo:
+            return
+        caps = sorted(todo)
+        got = self.counter(np.array(caps, np.int64), unit, np.array([todo[c] for c in caps]))
+        for c, counts in zip(caps, got):
+            if counts is None:
+                self.below[(c, unit)] = min(self.below.get((c, unit), np.inf), todo[c])
+            else:
+                self.memo[(c, unit)] = counts
+
+    def smallest(self, needs: Sequence[float], hi: int, unit: bool) -> list[int | None]:
+        """Per hit target, the smallest capacity in [0, hi] with at least that many hits:
+        exact for small ranges, else on a grid of 1 % steps (a binary search each)."""
+        grid = _grid(hi)
+        top = self.many([hi, *self.seeds(hi)], unit)[0]["hits"]
+        out: list[int | None] = [None if top < need else -1 for need in needs]
+        while True:
+            known = sorted((c, v["hits"]) for (c, u), v in self.memo.items() if u == unit)
+            xs, ys = np.array(known, np.float64).T
+            todo: dict[int, float] = {}
+            for k, need in enumerate(needs):
+                if out[k] is not None:
+                    out[k], unknown = _walk(grid, need, unit, self, xs, ys)
+                    for cap in unknown:
+                        todo[cap] = min(todo.get(cap, np.inf), need)
+            if not todo:
+                return out
+            self._replay(todo, unit)
+
+
+    @staticmethod
+    def seeds(hi: int) -> list[int]:
+        """The capacities every search up to ``hi`` probes first (replayed before the walks)."""
+        grid = _grid(hi)
+        return [int(grid[i]) for i in _tree_top(grid.size, SEED_DEPTH)]
+
+
+def _grid(hi: int) -> np.ndarray:
+    """The capacities a threshold search tries: all up to GRID_EXACT, else 1 % steps."""
+    if hi <= GRID_EXACT:
+        return np.arange(hi + 1)
+    return np.unique(np.r_[0, np.geomspace(1, hi, int(np.log(hi) / np.log(1 + GRID_STEP)) + 2)
+                           .astype(np.int64), hi])
+
+
+def _tree_top(n: int, depth: int) -> list[int]:
+    """Grid indices a binary search over ``n`` points can probe in its first ``depth`` steps."""
+    out, level = [], [(0, n - 1)]
+    for _ in range(depth):
+        nxt = []
+        for lo, top in level:
+            if lo < top:
+                mid = (lo + top) // 2
+                out.append(mid)
+                nxt += [(lo, mid), (mid + 1, top)]
+        level = nxt
+    return out
+
+
+def _walk(grid: np.ndarray, need: float, unit: bool, pts: Points, xs: np.ndarray,
+          ys: np.ndarray) -> tuple[int, list[int]]:
+    """One binary search over ``grid``, with counts not replayed yet interpolated from the
+    known ones: its answer, and the capacities on its path it could not decide."""
+    lo, top = 0, grid.size - 1
+    unknown = []
+    while lo < top:
+        mid = (lo + top) // 2
+        cap = int(grid[mid])
+        got = pts.memo.get((cap, unit))
+        if got is not None:
+            hits = float(got["hits"])
+        elif pts.below.get((cap, unit), np.inf) <= need:
+            hits = -1.0  # the replay stopped below a smaller target
+        else:
+            unknown.append(cap)
+            hits = float(np.interp(cap, xs, ys))
+        if hits >= need:
+            top = mid
+        else:
+            lo = mid + 1
+    return int(grid[lo]), unknown
+
+
+def flag_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray,
+                 flags_at: Callable[[int, bool], np.ndarray]) -> Counter:
+    """A counter from a per-capacity hit-flag function (one replay per capacity)."""
+    ref_bytes, ref_tokens = sizes[trace.ids], tokens[trace.ids]
+    ref_mod = None if trace.modality is None else trace.modality[trace.ids]
+    starts = np.flatnonzero(np.r_[True, trace.ref_row[1:] != trace.ref_row[:-1]]) \
+        if trace.ids.size else np.zeros(0, np.int64)
+
+    def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
+        out = []
+        for cap in caps.tolist():
+            flags = flags_at(cap, unit)
+            full = np.minimum.reduceat(flags, starts) if flags.size else flags
+            counts = {"hits": int(flags.sum()), "hit_bytes": int(ref_bytes[flags].sum()),
+                      "hit_tokens": int(ref_tokens[flags].sum()), "full_requests": int(full.sum())}
+            if ref_mod is not None:
+                counts.update(modal_counts(flags, ref_mod, ref_bytes, ref_tokens))
+            out.append(counts)
+        return out
+    return counter
+
+
+class _Misses:
+    """What the batch kernels count (misses, their bytes and tokens, requests with a miss, and
+    per modality) turned into the count dicts of hits."""
+
+    def __init__(self, trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> None:
+        ids = trace.ids
+        self.m = int(sizes.size)
+        mod = np.zeros(self.m, np.int64) if trace.modality is None else trace.modality
+        self.info = np.stack([sizes, tokens, mod], 1).astype(np.int64).reshape(-1)
+        self.width = 4 if trace.modality is None else 4 + 3 * len(MODALITIES)
+        rows = int(np.count_nonzero(trace.ref_row[1:] != trace.ref_row[:-1])) + 1 \
+            if ids.size else 0
+        self.total = [int(ids.size), int(sizes[ids].sum()), int(tokens[ids].sum()), rows]
+        if trace.modality is not None:
+            refs = np.bincount(ids, minlength=self.m)
+            for code in range(len(MODALITIES)):
+                sel = mod == code
+                self.total += [int(refs[sel].sum()), int((refs * sizes)[sel].sum()),
+                               int((refs * tokens)[sel].sum())]
+
+    def counts(self, out: np.ndarray) -> list[dict]:
+        """``out``: the kernel's counts, one row per capacity."""
+        hits = np.asarray(self.total, np.int64) - np.asarray(out, np.int64).reshape(
+            -1, self.width)
+        names = ["hits", "hit_bytes", "hit_tokens", "full_requests"]
+        if self.width > 4:
+            names += [modal_key(m, c) for m in MODALITIES for c in COUNTS]
+        return [dict(zip(names, map(int, row))) for row in hits]
+
+
+def _batched(misses: _Misses, w: np.ndarray, used: np.ndarray, caps: np.ndarray,
+             needs: np.ndarray, run: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list:
+    """Counts at ``caps``, ``BATCH`` capacities a ``run(capacities, stops)``: a capacity with a
+    hit target stops once its misses leave fewer hits (None); a capacity below every entry's
+    weight ``w`` keeps nothing (no replay: nothing hits)."""
+    smallest = int(w[used].min()) if used.size else 1
+    zero = misses.counts(np.asarray(misses.total, np.int64))[0]
+    out: list = [zero] * caps.size
+    live = np.flatnonzero(caps >= smallest)
+    stops = np.where(needs >= 0, misses.total[0] - np.ceil(needs), -1).astype(np.int64)
+    for i in range(0, live.size, BATCH):
+        part = live[i:i + BATCH]
+        got = np.asarray(run(caps[part], stops[part]), np.int64).reshape(-1, misses.width)
+        for j, row, counts in zip(part, got, misses.counts(got)):
+            out[j] = None if row[0] > stops[j] >= 0 else counts
+    return out
+
+
+def fifo_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Counter:
+    """Counts of a FIFO by size that skips larger entries, many capacities a pass."""
+    misses = _Misses(trace, sizes, tokens)
+    ids = np.ascontiguousarray(trace.ids, np.int64)
+    rows = np.ascontiguousarray(trace.ref_row, np.int64)
+    used = np.flatnonzero(np.bincount(ids, minlength=misses.m))
+
+    def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
+        w = np.ones_like(sizes) if unit else np.asarray(sizes, np.int64)
+        smallest = int(w[used].min()) if used.size else 1
+
+        def run(part: np.ndarray, stop: np.ndarray) -> np.ndarray:
+            k = part.size  # each capacity's ring holds as many entries as fit, and one more
+            ring_at = np.r_[0, np.cumsum(np.minimum(part // smallest, misses.m) + 2)]
+            return _run(K.fifo_batch_kernel, [
+                ids, rows, w, misses.info, part, stop, np.zeros(misses.m, np.int64),
+                np.zeros(int(ring_at[-1]), np.int64), ring_at.astype(np.int64),
+                np.zeros(k * misses.width, np.int64)], ids.size * k)
+        return _batched(misses, w, used, caps, needs, run)
+    return counter
+
+
+def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: np.ndarray,
+                       flush: bool) -> Counter:
+    """Counts of an LRU that stores a missed entry when its request completes (``ev``: lookups
+    ``r`` and completions ``~r``), many capacities a pass."""
+    misses = _Misses(trace, sizes, tokens)
+    ids = np.ascontiguousarray(trace.ids, np.int64)
+    row_start = np.r_[0, np.cumsum(np.bincount(trace.ref_row, minlength=trace.num_rows))]
+    row_start = row_start.astype(np.int64)
+    ev = np.ascontiguousarray(ev, np.int64)
+    used = np.flatnonzero(np.bincount(ids, minlength=misses.m))
+    longest = int(np.diff(row_start).max()) if trace.num_rows else 0
+    rows = np.arange(trace.num_rows)  # each request completes before the next is looked up?
+    one_at_a_time = ev.size == 2 * rows.size and bool(
+        np.array_equal(ev[0::2], rows) and np.array_equal(ev[1::2], ~rows))
+    one_log = completion_log(ids, trace.ref_row, row_start) if one_at_a_time else ids
+
+    def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
+        w = np.ones_like(sizes) if unit else np.asarray(sizes, np.int64)
+
+        def run(part: np.ndarray, stop: np.ndarray) -> np.ndarray:
+            k = part.size
+            m, out = misses.m, np.zeros(k * misses.width, np.int64)
+            if one_at_a_time:
+                return _run(K.completion1_batch_kernel, [
+                    row_start, ids, w, misses.info, part, stop, bool(flush),
+                    np.zeros(m, np.int64), np.zeros(m, np.int64), np.full(2 * m, -1, np.int64),
+                    np.zeros(longest, np.int64), one_log, np.arange(2 * ids.size + 1), out],
+                    ids.size * k)
+            return _run(K.completion_batch_kernel, [
+                ev, row_start, ids, w, misses.info, part, stop, bool(flush),
+                np.zeros(m, np.int64), np.zeros(m * k, np.int64), np.zeros(ids.size, np.int64),
+                np.zeros(2 * ids.size, np.int64), out], ids.size * k)
+        return _batched(misses, w, used, caps, needs, run)
+    return counter
+
+
+def completion_log(ids: np.ndarray, ref_row: np.ndarray, row_start: np.ndarray) -> np.ndarray:
+    """One request at a time, each looked up then completed: the object of each access stamp
+    (a request's lookups, then its completion, per reference)."""
+    look = row_start[ref_row] + np.arange(ids.size)  # request r's lookups start at 2 start(r)
+    log = np.empty(2 * ids.size, np.int64)
+    log[look] = ids
+    log[look + (row_start[ref_row + 1] - row_start[ref_row])] = ids
+    return log
+
+
+def _run(kernel, args: list, work: int) -> np.ndarray:
+    """``kernel`` over ``args``, compiled for ``work`` steps and more; else plain Python on
+    lists (faster than numpy scalars). Returns what it counted."""
+    fn = K.for_size(kernel, work)
+    if fn is not kernel:
+        return fn(*args)
+    return np.asarray(kernel(*[a.tolist() if isinstance(a, np.ndarray) else a for a in args]),
+                      np.int64)
+
+
+def sample_caps(sizes: np.ndarray, ids: np.ndarray, limit: int, refs: int, budget: int,
+                min_samples: int) -> np.ndarray:
+    """Where a sampled curve is replayed: up to ``limit`` capacities (fewer on long traces: the
+    samples together replay at most ``budget`` references, but at least ``min_samples``),
+    spaced geometrically from the smallest entry to all distinct entries together."""
+    used = np.flatnonzero(np.bincount(ids, minlength=sizes.size))
+    if used.size == 0:
+        return np.zeros(1, np.int64)
+    limit = int(min(limit, max(min_samples, budget // max(refs, 1))))
+    lo, hi = int(sizes[used].min()), int(sizes[used].sum())
+    return np.unique(np.geomspace(lo, max(hi, lo), limit).astype(np.int64))
+
+
+def curve_from_points(pts: Points, caps: np.ndarray, modal: bool) -> Curve:
+    """The curve of the counts at ``caps``."""
+    got = pts.many(caps)
+    names = ["hits", "hit_bytes", "hit_tokens", "full_requests"]
+    if modal:
+        names += [modal_key(m, c) for m in MODALITIES for c in COUNTS]
+    return Curve.of([caps.astype(np.int64),
+                     *(np.array([p[k] for p in got], np.int64) for k in names)])
