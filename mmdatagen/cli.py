@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "merge": "mmdatagen.commands.merge:merge",
     "merge-runs": "mmdatagen.commands.merge:merge_runs",
     "sweep": "mmdatagen.commands.sweep:sweep",
+    "calibrate": "mmdatagen.commands.calibrate:calibrate",
 }
 
 

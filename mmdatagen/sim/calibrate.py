@@ -1,0 +1,441 @@
+"""Fit a simulator profile to measured runs (``mmdatagen calibrate``).
+
+The model is the step model of :mod:`mmdatagen.sim.engine` (its ``encoder_async_fraction`` 0:
+the encoder runs inside the step that admits a request), read per request. Times in ms.
+
+* An isolated request ``i`` (nothing else in flight between its start and its first token)::
+
+      TTFT_i = frontend_request_ms + step_base_ms + frontend_image_ms * P_i
+               + per_encoder_image_ms * E_i + per_prefill_token_ms * T_i
+
+  ``T_i`` its prompt tokens, ``P_i`` its images preprocessed (all of them, less its hits when the
+  run's cache is looked up on arrival: vLLM's processor cache, whose hit skips preprocessing,
+  not the encoder), ``E_i`` its images encoded (all of them, less the hits of an encoder or
+  embedding cache; the simulator's ``image_misses`` where the run measured them).
+* Every request with two or more output tokens, over its decode window ``W_i`` (first token to
+  last), which is ``n_i - 1`` engine steps::
+
+      W_i = step_base_ms * (n_i - 1) + per_seq_ms * S_i
+            + per_prefill_token_ms * T'_i + per_encoder_image_ms * E'_i
+
+  ``S_i`` the decoding requests summed over those steps: the decode tokens every request
+  emitted during the window (``i``'s own ``n_i - 1`` included; a request overlapping it in part
+  counted as emitting its tokens evenly over its own decode window); ``T'_i`` and
+  ``E'_i`` the prompt tokens and encoded images of the requests whose first token falls in the
+  window (their prefill ran in one of its steps).
+
+Both sets of rows go into one weighted least-squares fit (numpy): each set weighted by its own
+residual spread from a first pass, the standard errors from the weighted normal matrix. A
+parameter the rows cannot tell apart from the others is refused with the run that would tell
+it apart, unless held at the base profile's value (``hold``). Not fitted (kept from the base
+profile): the encoder's cost per image token (records carry no per-image tokens), the queueing
+limits (``max_running``, ``token_budget``), the cache sizes; chunked prefills (a prompt above the
+token budget) are taken as one step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..caches.targets import CacheTarget, get_target
+from ..errors import UserError
+from ..metrics import NONE, RecordTable
+from .profile import Profile
+
+PARAMS = ("frontend_request_ms", "step_base_ms", "per_seq_ms", "per_prefill_token_ms",
+          "frontend_image_ms", "per_encoder_image_ms")
+IDENTIFIED = 0.02  # a column whose part outside the others' span is below this (relative): not identified
+
+
+@dataclass
+class Run:
+    """One measured run as the fit reads it: its folder, settings, cache target and records
+    (successful ones), with each request's preprocessed and encoded images."""
+
+    path: Path
+    config: dict
+    target: CacheTarget
+    table: RecordTable
+    processed: np.ndarray
+    encoded: np.ndarray
+    hits: int
+
+    @property
+    def profiling(self) -> np.ndarray:
+        return self.table.phase_is("profiling")
+
+
+def load_run(path: Path, default_cache: str) -> Run:
+    """A run folder (``records.jsonl`` and the export beside it, as bench, ab, sweep or
+    simulate write them)."""
+    import orjson
+
+    from ..export import read_records
+    from ..metrics import EXPORT_NAME, RECORDS_NAME
+
+    path = Path(path)
+    if not (path / RECORDS_NAME).is_file():
+        raise UserError(f"{path}: no {RECORDS_NAME} (give the folder bench or simulate wrote)")
+    config: dict = {}
+    if (path / EXPORT_NAME).is_file():
+        try:
+            config = orjson.loads((path / EXPORT_NAME).read_bytes()).get("input_config") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            raise UserError(f"{path / EXPORT_NAME}: not an export") from None
+    table = read_records(path / RECORDS_NAME)
+    table = table.take(table.ok)
+    if not len(table):
+        raise UserError(f"{path}: no successful requests")
+    target = get_target(str(config.get("cache") or default_cache))
+    processed, encoded, hits = _image_work(path, table, target)
+    return Run(path, config, target, table, processed, encoded, hits)
+
+
+def _image_work(path: Path, t: RecordTable, target: CacheTarget
+                ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per request: images preprocessed, images encoded; and the run's hits."""
+    images = t.num_images.astype(float)
+    hits = np.where(t.image_hits != NONE, t.image_hits, t.predicted_hits)
+    if images.sum() and (hits == NONE).any():
+        raise UserError(f"{path}: requests without measured or predicted cache hits (run bench "
+                        "with its prediction on, or against the simulator)")
+    hits = np.where(hits == NONE, 0, hits).astype(float)
+    if target.lookup == "arrival":  # a processor cache: a hit skips preprocessing only
+        return images - hits, images, int(hits.sum())
+    encoded = np.where(t.image_misses != NONE, t.image_misses, images - hits).astype(float)
+    return images, encoded, int(hits.sum())
+
+
+# -- observations ---------------------------------------------------------------------------
+def ttft_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """Design rows (columns :data:`PARAMS`) and TTFTs of the run's isolated profiling requests."""
+    t = run.table
+    start, first, end = t.start_ns, t.first_token_ns, t.end_ns
+    # requests in flight at some point of [start_i, first_i): started before first_i, not
+    # ended by start_i (each such request started before first_i)
+    started = np.searchsorted(np.sort(start), first, side="left")
+    ended = np.searchsorted(np.sort(end), start, side="right")
+    keep = run.profiling & t.streaming & (first != NONE) & (started - ended == 1)
+    n = int(keep.sum())
+    x = np.zeros((n, len(PARAMS)))
+    x[:, 0] = x[:, 1] = 1.0
+    x[:, 3] = t.input_tokens[keep]
+    x[:, 4] = run.processed[keep]
+    x[:, 5] = run.encoded[keep]
+    return x, (first[keep] - start[keep]) / 1e6
+
+
+def window_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """Design rows and decode windows (ms) of the run's profiling requests with >= 2 tokens."""
+    t = run.table
+    first, end, out = t.first_token_ns, t.end_ns, t.output_tokens
+    has = t.streaming & (first != NONE)
+    f, e = first[has].astype(float), end[has].astype(float)
+    keep = run.profiling & has & (out >= 2)
+    fk, ek = first[keep].astype(float), end[keep].astype(float)
+    steps = out[keep] - 1.0
+    rate = (out[has] - 1.0) / np.maximum(e - f, 1.0)  # decode tokens per ns of each window
+    decoded = _token_integral(f, e, rate, ek) - _token_integral(f, e, rate, fk)
+    order = np.argsort(f)
+    fs = f[order]
+    tokens = np.concatenate([[0.0], np.cumsum(t.input_tokens[has][order].astype(float))])
+    enc = np.concatenate([[0.0], np.cumsum(run.encoded[has][order])])
+    lo = np.searchsorted(fs, fk, side="right")
+    hi = np.searchsorted(fs, ek, side="right")
+    x = np.zeros((int(keep.sum()), len(PARAMS)))
+    x[:, 1] = steps
+    x[:, 2] = decoded
+    x[:, 3] = tokens[hi] - tokens[lo]
+    x[:, 5] = enc[hi] - enc[lo]
+    return x, (ek - fk) / 1e6
+
+
+def _token_integral(first: np.ndarray, end: np.ndarray, rate: np.ndarray, at: np.ndarray
+                    ) -> np.ndarray:
+    """Decode tokens emitted up to each of ``at``, every request's spread evenly over its
+    window (``rate`` per ns from ``first`` to ``end``): piecewise linear between the events."""
+    times = np.concatenate([first, end])
+    steps = np.concatenate([rate, -rate])
+    order = np.argsort(times, kind="stable")
+    times, level = times[order], np.cumsum(steps[order])
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(times))])
+    return np.interp(at, times, area)
+
+
+# -- the fit --------------------------------------------------------------------------------
+@dataclass
+class Fit:
+    """Fitted values and standard errors (held parameters: se 0), each row set's spread."""
+
+    values: dict[str, float]
+    se: dict[str, float]
+    held: dict[str, float]
+    spread: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
+    """Weighted least squares over every run's TTFT and decode-window rows (see the module
+    docstring); refuses (``UserError``) when a free parameter is not identified."""
+    hold = dict(hold or {})
+    sets = {"ttft": [ttft_rows(r) for r in runs], "window": [window_rows(r) for r in runs]}
+    groups = {k: (np.vstack([x for x, _ in v]), np.concatenate([y for _, y in v]))
+              for k, v in sets.items()}
+    free = [i for i, p in enumerate(PARAMS) if p not in hold]
+    held_vec = np.array([hold.get(p, 0.0) for p in PARAMS])
+    xs, ys, names = [], [], []
+    for name, (x, y) in groups.items():
+        if len(y):
+            xs.append(x)
+            ys.append(y - x @ held_vec)
+            names += [name] * len(y)
+    if not xs:
+        raise UserError("no request has a first token: calibrate needs streamed runs")
+    x, y, label = np.vstack(xs), np.concatenate(ys), np.array(names)
+    missing = [PARAMS[free[i]] for i in unidentified(x[:, free])]
+    alone = len(groups["window"][1]) and np.allclose(groups["window"][0][:, 2],
+                                                     groups["window"][0][:, 1])
+    if missing and alone and "per_seq_ms" not in hold:
+        missing = sorted({*missing, "per_seq_ms"} - {"frontend_request_ms", "step_base_ms"})
+    if missing:
+        raise UserError(refusal(missing, runs))
+    return _solve(x[:, free], y, label, [PARAMS[i] for i in free], hold)
+
+
+def _solve(x: np.ndarray, y: np.ndarray, label: np.ndarray, names: list[str],
+           hold: dict[str, float]) -> Fit:
+    """Two passes: scaled by each set's typical size, then by each set's residual spread."""
+    w = np.ones(len(y))
+    for g in set(label.tolist()):
+        w[label == g] = 1.0 / max(float(np.median(np.abs(y[label == g]))), 1e-9)
+    spread: dict[str, float] = {}
+    for _ in range(2):
+        beta, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
+        resid = y - x @ beta
+        for g in set(label.tolist()):
+            sel = label == g
+            dof = max(int(sel.sum()) - 1, 1)
+            rms = math.sqrt(float(resid[sel] @ resid[sel]) / dof)
+            floor = 1e-6 * max(float(np.median(np.abs(y[sel]))), 1e-9)
+            spread[g] = max(rms, floor)
+            w[sel] = 1.0 / spread[g]
+    xw = x * w[:, None]
+    dof = max(len(y) - len(names), 1)
+    scale = max(float(((y - x @ beta) * w) @ ((y - x @ beta) * w)) / dof, 1.0)
+    cov = np.linalg.pinv(xw.T @ xw) * scale
+    values = {**hold, **{n: float(b) for n, b in zip(names, beta)}}
+    se = {**{n: 0.0 for n in hold}, **{n: math.sqrt(max(float(cov[i, i]), 0.0))
+                                       for i, n in enumerate(names)}}
+    rows = {g: int((label == g).sum()) for g in sorted(set(label.tolist()))}
+    return Fit({p: values[p] for p in PARAMS}, {p: se[p] for p in PARAMS}, hold, spread, rows)
+
+
+def unidentified(x: np.ndarray) -> list[int]:
+    """Columns of ``x`` (each scaled to unit norm) whose part outside the span of the other
+    columns is below :data:`IDENTIFIED`: the data cannot tell them from the rest."""
+    norms = np.linalg.norm(x, axis=0)
+    zero = [i for i, n in enumerate(norms) if n == 0.0]
+    xs = x / np.where(norms > 0, norms, 1.0)
+    out = list(zero)
+    for i in range(x.shape[1]):
+        others = np.delete(xs, zero + [i], axis=1)
+        if i in zero or others.shape[1] == 0:
+            continue
+        coef, *_ = np.linalg.lstsq(others, xs[:, i], rcond=None)
+        if np.linalg.norm(xs[:, i] - others @ coef) < IDENTIFIED:
+            out.append(i)
+    return sorted(out)
+
+
+def refusal(params: list[str], runs: list[Run]) -> str:
+    """One line: which parameters the runs cannot identify and what run to add for each."""
+    return ("cannot identify " + "; ".join(f"{p} ({_advice(p, runs)})" for p in params)
+            + " (or --hold them at the base profile's values)")
+
+
+def _advice(param: str, runs: list[Run]) -> str:
+    arrival = [r.target.lookup == "arrival" for r in runs]
+    saved = "frontend_image_ms" if any(arrival) else "per_encoder_image_ms"
+    if param == saved:
+        hits = sum(r.hits for r in runs)
+        images = sum(int(r.table.num_images[r.profiling].sum()) for r in runs)
+        if hits == 0:
+            return "no cache hits at all: add a run whose images repeat, with the cache on"
+        if hits >= images:
+            return "every image hit: add a run with the cache off (--cache-size 0)"
+    return {
+        "frontend_request_ms": "the TTFT's constant is not told from the other costs listed: "
+                               "add the runs they name, or streamed runs with >= 2 output "
+                               "tokens",
+        "step_base_ms": "add streamed runs with >= 2 output tokens per request",
+        "per_seq_ms": "every request ran alone, so the decode step's cost per running "
+                      "request is not told from its base: add a run at concurrency 2 or more",
+        "per_prefill_token_ms": "add a run with other prompt lengths (another --text-tokens)",
+        "frontend_image_ms": "add a run with another --images-per-request",
+        "per_encoder_image_ms": "add a run with another --images-per-request",
+    }[param]
+
+
+# -- the profile ----------------------------------------------------------------------------
+def fitted_profile(base: Profile, result: Fit, runs: list[Run], name: str) -> Profile:
+    """The base profile with the fitted costs (negative fits written as 0), the encoder in the
+    step, the runs' cache target when they share one, and the fit in ``calibration``."""
+    targets = {r.target.name for r in runs}
+    values = {p: max(0.0, round(v, 6)) for p, v in result.values.items()}
+    changes: dict[str, Any] = dict(values, name=name, encoder_async_fraction=0.0,
+                                   description=f"calibrated by mmdatagen calibrate from "
+                                               f"{len(runs)} runs (base {base.name})")
+    if len(targets) == 1:
+        changes.update(cache=targets.pop(), key_mode=None, register=None)
+    calibration = {"base_profile": base.name, "runs": [str(r.path) for r in runs],
+                   "held": sorted(result.held), "rows": result.rows,
+                   "parameters": {p: {"value": result.values[p], "se": result.se[p]}
+                                  for p in PARAMS}}
+    return replace(base, calibration=calibration, **changes).validate()
+
+
+def profile_yaml(prof: Profile) -> str:
+    """The profile as a YAML file ``load_profile`` reads back."""
+    import yaml
+
+    data = asdict(prof)
+    data["default_image_size"] = list(prof.default_image_size)
+    data = {k: v for k, v in data.items() if v is not None}
+    head = ("# Fitted by `mmdatagen calibrate` (a fit of mmdatagen's step model to the runs "
+            "below,\n# not a measurement of the hardware): calibration.parameters holds each "
+            "value and its\n# standard error.\n")
+    return head + yaml.safe_dump(data, sort_keys=False)
+
+
+def write_profile(path: Path, prof: Profile) -> None:
+    from ..io.atomic import atomic_write_bytes
+
+    atomic_write_bytes(Path(path), profile_yaml(prof).encode())
+
+
+# -- prediction -----------------------------------------------------------------------------
+def measured(run: Run) -> dict[str, float | None]:
+    """The run's TTFT p50 (ms) and request throughput (req/s), from its records."""
+    from ..export import build_export
+
+    return _headline(build_export(run.table, input_config={}))
+
+
+def _headline(export: dict) -> dict[str, float | None]:
+    return {"ttft_p50": (export.get("time_to_first_token") or {}).get("p50"),
+            "throughput": (export.get("request_throughput") or {}).get("avg")}
+
+
+def run_dataset(run: Run) -> Path | None:
+    """The dataset the run read, when it is still there (as given, or beside the run)."""
+    name = run.config.get("dataset") or run.config.get("input_file")
+    if not name:
+        return None
+    for path in (Path(name), run.path / Path(name).name, run.path.parent / name):
+        if path.is_file():
+            return path
+    return None
+
+
+def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
+    """The run replayed in virtual time with ``prof`` (its dataset, concurrency or rate,
+    request counts, output settings, cache target and size); None without its dataset."""
+    from ..export import build_export
+    from .study import output_policy, workers_for
+    from .virtual import run_simulation
+
+    dataset = run_dataset(run)
+    if dataset is None:
+        return None
+    c = run.config
+    prof = prof.for_cache(run.target.name)
+    size = c.get("cache_size", c.get("cache_gb"))
+    res = run_simulation(dataset, prof, prof.cache_target().resolve(size),
+                         workers_for(c.get("concurrency"), c.get("request_rate")),
+                         c.get("request_count"), int(c.get("warmup_request_count") or 0),
+                         output_policy(c.get("extra_inputs") or {}),
+                         bool(c.get("streaming", True)), c.get("request_rate"),
+                         c.get("arrival") or "poisson", int(c.get("seed") or 0))
+    return _headline(build_export(res.records, input_config={}))
+
+
+# -- the command's call ---------------------------------------------------------------------
+@dataclass
+class Calibration:
+    profile: Profile
+    fit: Fit
+    runs: list[Run]
+    base: Profile
+    residuals: list[dict[str, Any]] = field(default_factory=list)
+
+
+def base_for(runs_config: list[dict], name: str | None) -> Profile:
+    """``name``, else the profile the runs name when they agree, else the default."""
+    from .profile import load_profile
+
+    if name is not None:
+        return load_profile(name)
+    named = {str(c.get("profile")) for c in runs_config if c.get("profile")}
+    if len(named) == 1:
+        try:
+            return load_profile(named.pop())
+        except UserError:  # a profile file the runs named by its stem only
+            pass
+    return load_profile("qwen3-vl-30b-gb200")
+
+
+def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
+              hold: list[str] | None = None) -> Calibration:
+    """Read the runs, fit, build the profile (named after ``output``) and replay every run
+    with it (the residuals); writes nothing."""
+    unknown = sorted(set(hold or ()) - set(PARAMS))
+    if unknown:
+        raise UserError(f"--hold: unknown parameters {', '.join(unknown)} (of {', '.join(PARAMS)})")
+    if not paths:
+        raise UserError("give one or more run folders")
+    first = [load_run(p, "dynamo-embedding") for p in paths[:1]]
+    base = base_for([first[0].config], base_profile)
+    runs = first + [load_run(p, base.cache) for p in paths[1:]]
+    base = base_for([r.config for r in runs], base_profile)
+    result = fit(runs, {p: float(getattr(base, p)) for p in hold or ()})
+    prof = fitted_profile(base, result, runs, Path(output).stem)
+    residuals = [{"run": str(r.path), "hits": r.hits, "measured": measured(r),
+                  "predicted": predict(r, prof)} for r in runs]
+    return Calibration(prof, result, runs, base, residuals)
+
+
+def report_lines(cal: Calibration) -> list[str]:
+    """The parameters (fitted, standard error, base value) and the per-run residuals."""
+    f = cal.fit
+    lines = [f"base profile {cal.base.name}; {len(cal.runs)} runs",
+             f"{'parameter':22} {'fitted':>10} {'± se':>9} {'base':>10}"]
+    for p in PARAMS:
+        se = "held" if p in f.held else f"{f.se[p]:.4g}"
+        lines.append(f"{p:22} {f.values[p]:10.4f} {se:>9} {float(getattr(cal.base, p)):10.4f}")
+    lines.append("rows: " + ", ".join(f"{k} {v} (spread {f.spread.get(k, 0):.3g} ms)"
+                                      for k, v in f.rows.items()))
+    lines.append(f"{'run':32} {'hits':>6} {'TTFT p50 meas':>13} {'pred':>9} {'err':>7} "
+                 f"{'req/s meas':>10} {'pred':>9} {'err':>7}")
+    for row in cal.residuals:
+        meas, pred = row["measured"], row["predicted"] or {}
+        cells = []
+        for key in ("ttft_p50", "throughput"):
+            mv, pv = meas.get(key), pred.get(key)
+            err = f"{(pv / mv - 1) * 100:+6.1f}%" if mv and pv is not None else "-"
+            cells.append(f"{_num(mv):>9} {_num(pv):>9} {err:>7}")
+        lines.append(f"{_short(row['run']):32} {row['hits']:6d}     {cells[0]}  {cells[1]}")
+    if any(row["predicted"] is None for row in cal.residuals):
+        lines.append("(pred -: the run's dataset is not at hand to replay it)")
+    return lines
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 32 else "..." + path[-29:]
