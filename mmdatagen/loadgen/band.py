@@ -14,7 +14,8 @@ order, one of them. Three methods, the first that applies:
    cache as the target's own model left it (pickled, counters zeroed). Placed sets reached with
    equal caches are one state, keeping the lowest and highest hits. The answer is exact: where
    no windows overlap there is one state per step (width 0, the exact replay). It runs while
-   its steps stay under ``SEARCH_BUDGET``, estimated as states x events left.
+   its steps stay under ``SEARCH_BUDGET`` (it gives up at once when the pace so far says it
+   would take four times that).
 2. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
    processor cache, touch-first included; SGLang's set-keyed cache with its flush on an
    oversize entry). LRU's stack property: an entry ``x`` last touched by request ``u`` is still
@@ -513,7 +514,7 @@ def stack_band(seq: _Seq, weights: Sequence[np.ndarray]) -> list[tuple[int, int]
 
 
 # -- the exact search: every consistent order, equal cache states merged ---------------------------
-SEARCH_BUDGET = 400_000  # cache steps the exact search may take (about 10 s) before the bounds
+SEARCH_BUDGET = 500_000  # cache steps the exact search may take (10-20 s) before the bounds
 MEMO = 200_000  # remembered cache steps (equal states reached from different placed sets)
 COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
 Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
@@ -576,8 +577,8 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
             if spent > budget:
                 return None
         layer = nxt
-        if spent + sum(map(len, layer.values())) * (len(ev) - step - 1) > budget:
-            return None  # the rest would take too long (at a step per state): the bounds answer
+        if spent / (step + 1) * (len(ev) - step - 1) > 4 * budget:
+            return None  # hopeless at the pace so far: the bounds answer at once
         if len(step_of.states) > MEMO:
             layer = step_of.compact(layer)
     vals = [v for states in layer.values() for v in states.values()]
