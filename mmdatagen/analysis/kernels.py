@@ -266,6 +266,28 @@ def touch_kernel(ids, row_start, req, obj_sizes, last, prev):
     return req
 
 
+def next_kernel(ids, nxt, last):
+    """``nxt[i]``: the next reference to the same object as reference i (-1: none); ``last``:
+    -1 per object."""
+    for i in range(len(ids) - 1, -1, -1):
+        nxt[i] = last[ids[i]]
+        last[ids[i]] = i
+    return nxt
+
+
+def span_kernel(ids, row_start, sizes, seen):
+    """The largest total size of one request's distinct objects (``seen``: -1 per object)."""
+    top = 0
+    for r in range(len(row_start) - 1):
+        total = 0
+        for i in range(row_start[r], row_start[r + 1]):
+            if seen[ids[i]] != r:
+                seen[ids[i]] = r
+                total += sizes[ids[i]]
+        top = max(top, total)
+    return top
+
+
 def fifo_kernel(ids, obj_sizes, capacity, flags, present, ring):
     """Hit flag per reference in a FIFO by size that skips entries larger than ``capacity``."""
     head = 0
@@ -534,12 +556,12 @@ def completion_batch_kernel(ev, row_start, ids, w, info, caps, stop, flush, pres
 
 
 def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, cmask, stamps,
-                             miss, log, alive, out):
+                             miss, log, sup, alive, out):
     """``completion_batch_kernel``, one request at a time: present entries carry the object's
     last lookup stamp (``stamps[2x]``, hits) or its current completion's (``stamps[2x + 1]``,
     stored since: ``cmask[x]``), so a hit refreshes every capacity at once. ``log[t]``: stamp
-    t's object; ``alive[t] != t`` links past stamps a later access superseded (-1: a spare).
-    ``miss``: the request's miss bits per reference."""
+    t's object, superseded at every capacity from stamp ``sup[t]`` on (``completion_log``); the
+    scans link past those (``alive[t] != t``). ``miss``: the request's miss bits."""
     nk = len(caps)
     width = len(out) // nk
     used, tail = np.zeros(nk, np.int64), np.zeros(nk, np.int64)
@@ -552,8 +574,6 @@ def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, c
             x = ids[i]
             miss[i - a] = active & ~pres[x]
             any_miss |= miss[i - a]
-            alive[stamps[2 * x]] = stamps[2 * x] + 1  # superseded at every capacity
-            alive[stamps[2 * x + 1]] = stamps[2 * x + 1] + 1
             stamps[2 * x] = t  # every present entry refreshed
             stamps[2 * x + 1] = -1
             cmask[x] = 0
@@ -571,9 +591,7 @@ def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, c
                 active &= ~(1 << k)
         for i in range(a, row_start[r + 1]):  # completion: misses stored
             x = ids[i]
-            old = stamps[2 * x + 1] if miss[i - a] else t  # no miss: touches nothing
-            alive[old] = old + 1
-            stamps[2 * x + 1] = t if miss[i - a] else stamps[2 * x + 1]
+            stamps[2 * x + 1] = t if miss[i - a] else stamps[2 * x + 1]  # no miss: no access
             for k in range(nk * (miss[i - a] != 0)):
                 if not (miss[i - a] >> k) & 1 or (w[x] > caps[k] and not flush):
                     continue
@@ -583,8 +601,8 @@ def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, c
                     cmask[x] |= 1 << k
                 while used[k] > caps[k] * (w[x] <= caps[k]):  # too large: the cache flushed
                     q = tail[k]
-                    while alive[q] != q:  # the next live stamp, halving the path
-                        alive[q] = alive[alive[q]]
+                    while alive[q] != q or sup[q] <= t:  # skip superseded stamps, linking them
+                        alive[q] = max(alive[alive[q]], q + 1)
                         q = alive[q]
                     y = log[q]
                     if (pres[y] >> k) & 1 and stamps[2 * y + ((cmask[y] >> k) & 1)] == q:

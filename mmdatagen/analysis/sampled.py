@@ -87,7 +87,7 @@ class Points:
     def seeds(hi: int) -> list[int]:
         """The capacities every search up to ``hi`` probes first (replayed before the walks)."""
         grid = _grid(hi)
-        return [int(grid[i]) for i in _tree_top(grid.size, SEED_DEPTH)]
+        return [0, *(int(grid[i]) for i in _tree_top(grid.size, SEED_DEPTH))]
 
 
 def _grid(hi: int) -> np.ndarray:
@@ -242,7 +242,7 @@ def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: 
     rows = np.arange(trace.num_rows)  # each request completes before the next is looked up?
     one_at_a_time = ev.size == 2 * rows.size and bool(
         np.array_equal(ev[0::2], rows) and np.array_equal(ev[1::2], ~rows))
-    one_log = completion_log(ids, trace.ref_row, row_start) if one_at_a_time else ids
+    one_log = completion_log(ids, trace.ref_row, row_start) if one_at_a_time else ()
 
     def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
         w = np.ones_like(sizes) if unit else np.asarray(sizes, np.int64)
@@ -254,7 +254,7 @@ def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: 
                 return _run(K.completion1_batch_kernel, [
                     row_start, ids, w, misses.info, part, stop, bool(flush),
                     np.zeros(m, np.int64), np.zeros(m, np.int64), np.full(2 * m, -1, np.int64),
-                    np.zeros(longest, np.int64), one_log, np.arange(2 * ids.size + 1), out],
+                    np.zeros(longest, np.int64), *one_log, np.arange(2 * ids.size + 1), out],
                     ids.size * k)
             return _run(K.completion_batch_kernel, [
                 ev, row_start, ids, w, misses.info, part, stop, bool(flush),
@@ -264,14 +264,26 @@ def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: 
     return counter
 
 
-def completion_log(ids: np.ndarray, ref_row: np.ndarray, row_start: np.ndarray) -> np.ndarray:
+def completion_log(ids: np.ndarray, ref_row: np.ndarray, row_start: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """One request at a time, each looked up then completed: the object of each access stamp
-    (a request's lookups, then its completion, per reference)."""
-    look = row_start[ref_row] + np.arange(ids.size)  # request r's lookups start at 2 start(r)
-    log = np.empty(2 * ids.size, np.int64)
-    log[look] = ids
-    log[look + (row_start[ref_row + 1] - row_start[ref_row])] = ids
-    return log
+    (a request's lookups, then its completion, per reference), and the stamp from which a
+    later access supersedes it at every capacity (the object's next lookup; for a completion
+    also its next completion in the same request; past the end: never)."""
+    n = ids.size
+    look = row_start[ref_row] + np.arange(n)  # request r's lookups start at 2 start(r)
+    done = look + (row_start[ref_row + 1] - row_start[ref_row])
+    nxt = np.asarray(K.for_size(K.next_kernel, n)(ids, np.empty(n, np.int64),
+                                                  np.full(int(ids.max()) + 1 if n else 0, -1,
+                                                          np.int64)), np.int64)
+    has = nxt >= 0
+    j = np.maximum(nxt, 0)
+    sup_look = np.where(has, look[j], 2 * n + 1)
+    sup_done = np.where(has & (ref_row[j] == ref_row), done[j], sup_look)
+    log, sup = np.empty(2 * n, np.int64), np.empty(2 * n + 1, np.int64)
+    log[look], log[done] = ids, ids
+    sup[look], sup[done], sup[-1] = sup_look, sup_done, 2 * n + 1
+    return log, sup
 
 
 def _run(kernel, args: list, work: int) -> np.ndarray:

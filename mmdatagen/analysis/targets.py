@@ -27,7 +27,7 @@ from .trace import Trace
 
 
 def row_starts(trace: Trace) -> np.ndarray:
-    return np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
+    return trace.row_start
 
 
 def touch_required(trace: Trace, sizes: np.ndarray, req: np.ndarray | None = None
@@ -54,10 +54,9 @@ def request_span(trace: Trace, sizes: np.ndarray) -> int:
     """The largest total size of one request's distinct objects."""
     if trace.ids.size == 0:
         return 0
-    m = int(trace.ids.max()) + 1
-    pairs = np.sort(trace.ref_row.astype(np.int64) * m + trace.ids)
-    pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
-    return int(np.bincount(pairs // m, weights=sizes[pairs % m]).max())
+    fn = K.for_size(K.span_kernel, trace.ids.size)
+    return int(fn(np.ascontiguousarray(trace.ids, np.int64), trace.row_start,
+                  np.asarray(sizes, np.int64), np.full(sizes.size, -1, np.int64)))
 
 
 def fifo_flags(trace: Trace, sizes: np.ndarray, capacity: float) -> np.ndarray:

@@ -50,7 +50,7 @@ def front_flags(trace: Trace, tokens: np.ndarray, budget: int,
     ids = np.ascontiguousarray(trace.ids, np.int64)
     m = int(tokens.size)
     ev = default_events(trace.num_rows) if events is None else np.asarray(events, np.int64)
-    row_start = np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1)).astype(np.int64)
+    row_start = trace.row_start
     args = (ev, row_start, ids, np.asarray(tokens, np.int64), int(budget),
             np.zeros(ids.size, np.int64), np.zeros(ids.size, np.int64), np.zeros(m, np.int64),
             np.full(m, -1 << 62, np.int64), np.zeros(m, np.int64), np.full(m + 1, m, np.int64),

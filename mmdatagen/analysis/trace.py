@@ -44,6 +44,14 @@ class Trace:
     def num_objects(self) -> int:
         return int(self.widths.size)
 
+    @property
+    def row_start(self) -> np.ndarray:
+        """Where each row's references start, and the end (``num_rows + 1`` values)."""
+        counts = np.bincount(self.ref_row, minlength=self.num_rows)[: self.num_rows]
+        out = np.zeros(self.num_rows + 1, np.int64)
+        np.cumsum(counts, out=out[1:])
+        return out
+
     def row_refs(self) -> list[np.ndarray]:
         """Object ids per row."""
         bounds = np.searchsorted(self.ref_row, np.arange(1, self.num_rows))
