@@ -471,26 +471,29 @@ def fifo_batch_kernel(ids, ref_row, w, info, caps, stop, pres, ring, ring_at, ou
     last = np.full(nk, -1, np.int64)
     active = (1 << nk) - 1
     for i in range(len(ids) * (nk > 0)):
-        x = ids[i]
+        x, r = ids[i], ref_row[i]
         todo = active & ~pres[x]
-        for k in range(nk if todo else 0):
+        if not todo:
+            continue
+        s, bx, tx, mx = w[x], info[3 * x], info[3 * x + 1], 4 + 3 * info[3 * x + 2]
+        for k in range(nk):
             if not (todo >> k) & 1:
                 continue
             o = k * width
             for _ in range(1 + (width > 4)):  # all, then the object's modality
                 out[o] += 1
-                out[o + 1] += info[3 * x]
-                out[o + 2] += info[3 * x + 1]
-                o = k * width + 4 + 3 * info[3 * x + 2]
-            if last[k] != ref_row[i]:
-                last[k] = ref_row[i]
+                out[o + 1] += bx
+                out[o + 2] += tx
+                o = k * width + mx
+            if last[k] != r:
+                last[k] = r
                 out[k * width + 3] += 1
             if out[k * width] > stop[k] >= 0:
                 active &= ~(1 << k)
-            if w[x] > caps[k] or caps[k] == 0:
+            if s > caps[k] or caps[k] == 0:
                 continue
             span = ring_at[k + 1] - ring_at[k]
-            while used[k] + w[x] > caps[k]:
+            while used[k] + s > caps[k]:
                 y = ring[ring_at[k] + head[k]]
                 head[k] = (head[k] + 1) * (head[k] + 1 < span)  # wraps around, no division
                 pres[y] &= ~(1 << k)
@@ -498,7 +501,7 @@ def fifo_batch_kernel(ids, ref_row, w, info, caps, stop, pres, ring, ring_at, ou
             ring[ring_at[k] + tail[k]] = x
             tail[k] = (tail[k] + 1) * (tail[k] + 1 < span)
             pres[x] |= 1 << k
-            used[k] += w[x]
+            used[k] += s
     return out
 
 
@@ -578,28 +581,29 @@ def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, c
             stamps[2 * x + 1] = -1
             cmask[x] = 0
             t += 1
-            for k in range(nk * (miss[i - a] != 0)):
+            m, bx, tx, mx = miss[i - a], info[3 * x], info[3 * x + 1], 4 + 3 * info[3 * x + 2]
+            for k in range(nk * (m != 0)):
                 o = k * width
-                for _ in range(((miss[i - a] >> k) & 1) * (1 + (width > 4))):  # all, modality
+                for _ in range(((m >> k) & 1) * (1 + (width > 4))):  # all, then the modality
                     out[o] += 1
-                    out[o + 1] += info[3 * x]
-                    out[o + 2] += info[3 * x + 1]
-                    o = k * width + 4 + 3 * info[3 * x + 2]
+                    out[o + 1] += bx
+                    out[o + 2] += tx
+                    o = k * width + mx
         for k in range(nk):  # requests with a miss; capacities past their stop
             out[k * width + 3] += (any_miss >> k) & 1
             if out[k * width] > stop[k] >= 0:
                 active &= ~(1 << k)
         for i in range(a, row_start[r + 1]):  # completion: misses stored
-            x = ids[i]
-            stamps[2 * x + 1] = t if miss[i - a] else stamps[2 * x + 1]  # no miss: no access
-            for k in range(nk * (miss[i - a] != 0)):
-                if not (miss[i - a] >> k) & 1 or (w[x] > caps[k] and not flush):
+            x, m, s = ids[i], miss[i - a], w[ids[i]]
+            stamps[2 * x + 1] = t if m else stamps[2 * x + 1]  # no miss: no access
+            for k in range(nk * (m != 0)):
+                if not (m >> k) & 1 or (s > caps[k] and not flush):
                     continue
-                if (pres[x] >> k) & 1 or w[x] <= caps[k]:
-                    used[k] += w[x] * (1 - ((pres[x] >> k) & 1))
+                if (pres[x] >> k) & 1 or s <= caps[k]:
+                    used[k] += s * (1 - ((pres[x] >> k) & 1))
                     pres[x] |= 1 << k
                     cmask[x] |= 1 << k
-                while used[k] > caps[k] * (w[x] <= caps[k]):  # too large: the cache flushed
+                while used[k] > caps[k] * (s <= caps[k]):  # too large: the cache is flushed
                     q = tail[k]
                     while alive[q] != q or sup[q] <= t:  # skip superseded stamps, linking them
                         alive[q] = max(alive[alive[q]], q + 1)

@@ -306,8 +306,7 @@ def analyze(trace: Trace, model: VisionModel, sem: Semantics,
             for c in cache_bytes]
     caps += [_capacity_row(t, None, int(c), ev_.at_images(int(c)), totals, modal)
              for c in cache_images]
-    for row in caps if front_row else ():
-        _connector_counts(row, trace, sizes, front_row["hits"])
+    _connector_rows(caps, front_row, trace, sizes)
     if depends and sem.orders > 1 and sem.in_flight > 1 and cache_bytes:
         spread = _spread(base, sizes, tokens, t, sem, [int(c) for c in cache_bytes], front)
         for r, s_ in zip(caps, spread):
@@ -399,15 +398,24 @@ def _whole_requests(ev_: _Eval, served: int) -> _Eval:
                  ev_.smallest, c, ev_.sampled, ev_.method)
 
 
-def _connector_counts(row: dict, back: Trace, sizes: np.ndarray, front_hits: int) -> None:
+def _connector_rows(caps: list[dict], front_row: dict, back: Trace, sizes: np.ndarray) -> None:
+    """A two-tier target's capacity rows get the connector's counters (none without a front)."""
+    if front_row and caps:
+        evictions = tiers.Evictions(back, sizes.size)
+        for row in caps:
+            _connector_counts(row, evictions, back, sizes, front_row["hits"])
+
+
+def _connector_counts(row: dict, evictions: tiers.Evictions, back: Trace, sizes: np.ndarray,
+                      front_hits: int) -> None:
     """A two-tier capacity row's connector counters: its lookups, misses (each an encoder
     run), evictions, and the front's hits beside them."""
     lookups = int(back.ids.size)
     misses = lookups - row["hits"]
     if row["capacity_bytes"] is not None:
-        ev = tiers.evictions(back, sizes, row["capacity_bytes"], row["hits"])
+        ev = evictions.at(sizes, row["capacity_bytes"], row["hits"])
     else:
-        ev = tiers.evictions(back, np.ones_like(sizes), row["capacity_images"], row["hits"])
+        ev = evictions.at(np.ones_like(sizes), row["capacity_images"], row["hits"])
     row.update(lookups=lookups, misses=misses, evictions=ev, encoder_runs=misses,
                encoder_hits=front_hits)
 

@@ -52,7 +52,7 @@ def front_flags(trace: Trace, tokens: np.ndarray, budget: int,
     ev = default_events(trace.num_rows) if events is None else np.asarray(events, np.int64)
     row_start = trace.row_start
     args = (ev, row_start, ids, np.asarray(tokens, np.int64), int(budget),
-            np.zeros(ids.size, np.int64), np.zeros(ids.size, np.int64), np.zeros(m, np.int64),
+            np.zeros(ids.size, np.int8), np.zeros(ids.size, np.int8), np.zeros(m, np.int64),
             np.full(m, -1 << 62, np.int64), np.zeros(m, np.int64), np.full(m + 1, m, np.int64),
             np.full(m + 1, m, np.int64), np.zeros(5, np.int64))
     if ids.size > K.PYTHON_MAX_REFS:
@@ -73,21 +73,24 @@ def connector_trace(trace: Trace, served: np.ndarray) -> Trace:
                  trace.media)
 
 
-def evictions(back: Trace, sizes: np.ndarray, capacity: int, hits: int) -> int:
-    """The connector's evictions at ``capacity`` bytes, given its ``hits`` there.
+class Evictions:
+    """The connector's evictions at any capacity, given its hits there.
 
     A byte LRU that skips larger entries holds, at any moment, the longest run of the most
     recently used entries (of those that fit at all) whose sizes add up to at most its
     capacity; so it ends holding that run of the final recency order, and every insert (a miss
     of an entry that fits) that is not held at the end was evicted."""
-    if capacity <= 0 or back.ids.size == 0:
-        return 0
-    ref_sizes = sizes[back.ids]
-    inserts = int(np.count_nonzero(ref_sizes <= capacity)) - hits
-    last = np.full(sizes.size, -1, np.int64)
-    last[back.ids] = np.arange(back.ids.size)
-    order = np.argsort(-last, kind="stable")[: int(np.count_nonzero(last >= 0))]
-    fit = sizes[order]
-    fit = fit[fit <= capacity]
-    held = int(np.searchsorted(np.cumsum(fit), capacity, side="right"))
-    return inserts - held
+
+    def __init__(self, back: Trace, num_objects: int) -> None:
+        self.refs = np.bincount(back.ids, minlength=num_objects)  # lookups per object
+        last = np.full(num_objects, -1, np.int64)
+        last[back.ids] = np.arange(back.ids.size)
+        self.order = np.argsort(-last, kind="stable")[: int(np.count_nonzero(last >= 0))]
+
+    def at(self, sizes: np.ndarray, capacity: int, hits: int) -> int:
+        if capacity <= 0 or self.order.size == 0:
+            return 0
+        inserts = int(self.refs[sizes <= capacity].sum()) - hits
+        fit = sizes[self.order]
+        fit = fit[fit <= capacity]
+        return inserts - int(np.searchsorted(np.cumsum(fit), capacity, side="right"))
