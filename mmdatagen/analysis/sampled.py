@@ -25,7 +25,7 @@ from .trace import Trace
 BATCH = 32  # capacities per compiled pass (state: objects x BATCH)
 GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
 GRID_STEP = 0.01  # relative step of that grid (thresholds of replay methods within 1 %)
-SEED_DEPTH = 3  # the search tree's top levels replayed first (shared by every search)
+SEED_DEPTH = 1  # the search tree's top levels replayed first (shared by every search)
 _CAP = 1 << 62
 
 # counts at capacities (entry unit, or entries), each counted in full or, where a hit target is
@@ -72,6 +72,7 @@ class Points:
         while True:
             known = sorted((c, v["hits"]) for (c, u), v in self.memo.items() if u == unit)
             xs, ys = np.array(known, np.float64).T
+            xs = np.log1p(xs)  # hits against the log of the capacity: closer to a line
             todo: dict[int, float] = {}
             for k, need in enumerate(needs):
                 if out[k] is not None:
@@ -115,7 +116,8 @@ def _tree_top(n: int, depth: int) -> list[int]:
 def _walk(grid: np.ndarray, need: float, unit: bool, pts: Points, xs: np.ndarray,
           ys: np.ndarray) -> tuple[int, list[int]]:
     """One binary search over ``grid``, with counts not replayed yet interpolated from the
-    known ones: its answer, and the capacities on its path it could not decide."""
+    known ones (``xs``: log1p of their capacities, ``ys``: their hits): its answer, and the
+    capacities on its path it could not decide."""
     lo, top = 0, grid.size - 1
     unknown = []
     while lo < top:
@@ -128,7 +130,7 @@ def _walk(grid: np.ndarray, need: float, unit: bool, pts: Points, xs: np.ndarray
             hits = -1.0  # the replay stopped below a smaller target
         else:
             unknown.append(cap)
-            hits = float(np.interp(cap, xs, ys))
+            hits = float(np.interp(np.log1p(cap), xs, ys))
         if hits >= need:
             top = mid
         else:
