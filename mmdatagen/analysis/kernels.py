@@ -13,7 +13,7 @@ cache costs more than the loop (``PYTHON_MAX_REFS``). Callers pick a version wit
   slots are renumbered in order (compaction), so the tree stays about twice the number of
   distinct objects (cache friendly) whatever the trace length.
 - ``window_kernel``: the same below a bound, with larger objects bypassed (a shallow stack).
-- ``decider_kernel``, ``pack_kernel``, ``group_kernel``: required capacities to a curve.
+- ``pack_kernel``, ``radix_kernel``, ``group_kernel``: required capacities to a curve.
 - ``touch_kernel``: vLLM's processor cache (a request touches its cached items first).
 - ``fifo_kernel``: a FIFO by size at one capacity.
 - ``random_events_kernel``, ``completion_kernel``: dispatch orders and insert-at-completion.
@@ -210,14 +210,15 @@ def radix_kernel(a, shift):
     return src
 
 
-def group_kernel(packed, bits, obj_sizes, obj_tokens, lo):
-    """Cumulative (hits, bytes, tokens, full requests) at ``lo`` and at every distinct req > lo."""
+def group_kernel(packed, bits, obj_sizes, obj_tokens, lo, lead):
+    """Cumulative (hits, bytes, tokens, full requests) at ``lo`` and at every distinct req > lo,
+    after ``lead`` free slots (room for the curve pieces below ``lo``)."""
     n = len(packed)
-    caps = np.empty(n + 1, np.int64)
-    cols = np.zeros((4, n + 1), np.int64)
+    caps = np.empty(n + 1 + lead, np.int64)
+    cols = np.zeros((4, n + 1 + lead), np.int64)
     mask = (1 << bits) - 1
-    caps[0] = lo
-    k = 0
+    caps[lead] = lo
+    k = lead
     h = 0
     b = 0
     t = 0
@@ -397,13 +398,14 @@ def completion_kernel(ev, row_start, ids, sizes, capacity, flush, hits, prev, nx
 
 def front_kernel(ev, row_start, ids, tok, budget, served, held, users, owner, present, prv, nxt,
                  out):
-    """vLLM's encoder cache (``caches.model.FreeableCache``) over dispatch/completion events:
-    ``served[i]`` = 1 where reference i is held there (see ``tiers.front_flags``). ``prv`` and
-    ``nxt``: the freeable list, circular and doubly linked (sentinel M), oldest first.
-    ``out`` = [hits, evictions, inserts, tokens used, freeable tokens]."""
+    """vLLM's encoder cache (``caches.model.FreeableCache``) over dispatch/completion events
+    (none: each row looked up, then completed): ``served[i]`` = 1 where reference i is held
+    there (``tiers.front_flags``). ``prv``/``nxt``: the freeable list, circular, doubly linked
+    (sentinel M), oldest first. ``out``: hits, evictions, inserts, tokens used and freeable."""
     s_, used, freeable = len(tok), out[3], out[4]
-    for e in ev:
-        r = e if e >= 0 else ~e
+    for q in range(len(ev) or 2 * (len(row_start) - 1)):
+        e = ev[q] if len(ev) else (q >> 1) ^ -(q & 1)  # q odd: ~(q // 2)
+        r = max(e, ~e)
         a = row_start[r]
         b = row_start[r + 1]
         if e < 0:

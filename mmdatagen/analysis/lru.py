@@ -131,26 +131,28 @@ class Curve:
 
 
 def _modal_columns(group, packed: np.ndarray, bits: int, obj_sizes: np.ndarray,
-                   obj_tokens: np.ndarray, obj_mod: np.ndarray, lo: int) -> list[np.ndarray]:
+                   obj_tokens: np.ndarray, obj_mod: np.ndarray, lo: int,
+                   lead: int) -> list[np.ndarray]:
     """Per modality its hits, bytes and tokens at the same breakpoints: the group kernel again
     with the modality's indicator as weights (two passes per modality, no second sort)."""
     out = []
     for m in range(len(MODALITIES)):
         ind = (obj_mod == m).astype(np.int64)
-        _, a = group(packed, bits, ind, obj_sizes * ind, lo)
-        _, b = group(packed, bits, obj_tokens * ind, ind, lo)
+        _, a = group(packed, bits, ind, obj_sizes * ind, lo, lead)
+        _, b = group(packed, bits, obj_tokens * ind, ind, lo, lead)
         out += [a[1], a[2], b[1]]
     return out
 
 
 def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tokens: np.ndarray,
                 ref_row: np.ndarray | None, lo: int = 0, hi: int = _INF,
-                obj_mod: np.ndarray | None = None) -> list[np.ndarray]:
+                obj_mod: np.ndarray | None = None, lead: int = 0) -> list[np.ndarray]:
     """Breakpoints of a stack curve (hit iff 0 <= req <= C) for capacities in [lo, hi).
 
     Per request, the reference with the largest required capacity decides when all its images
     hit. (required capacity, object, decider) are packed into one int64 and sorted by value.
-    Returns [capacity, hits, bytes, tokens, full requests, per-modality rows (``obj_mod``)].
+    Returns [capacity, hits, bytes, tokens, full requests, per-modality rows (``obj_mod``)],
+    each after ``lead`` free slots (see :func:`_join_into`).
     """
     n = req.size
     bits = max(1, int(obj_sizes.size - 1).bit_length())
@@ -164,10 +166,11 @@ def _step_curve(req: np.ndarray, ids: np.ndarray, obj_sizes: np.ndarray, obj_tok
     else:
         packed = np.sort(packed)
     group = K.for_size(K.group_kernel, n)
-    caps, cols = group(packed, bits, obj_sizes, obj_tokens, lo)
+    caps, cols = group(packed, bits, obj_sizes, obj_tokens, lo, lead)
     if obj_mod is None:
         return [caps, *cols]
-    return [caps, *cols, *_modal_columns(group, packed, bits, obj_sizes, obj_tokens, obj_mod, lo)]
+    return [caps, *cols, *_modal_columns(group, packed, bits, obj_sizes, obj_tokens, obj_mod, lo,
+                                         lead)]
 
 
 def curve_of(req: np.ndarray, ids: np.ndarray, obj_bytes: np.ndarray, obj_tokens: np.ndarray,
@@ -195,6 +198,20 @@ def _join(parts: list[list[np.ndarray]]) -> list[np.ndarray]:
     if len(out) == 1:
         return [np.ascontiguousarray(c) for c in out[0]]
     return [np.concatenate([p[i] for p in out]) for i in range(len(out[0]))]
+
+
+def _join_into(below: list[np.ndarray], top: list[np.ndarray], lead: int) -> list[np.ndarray]:
+    """:func:`_join` of the joined pieces ``below`` and the last piece ``top``, written after
+    ``lead`` = len(below) + 1 free slots: the pieces below are copied into the free slots,
+    the large last piece is not copied."""
+    prev = np.array([c[-1] if c.size else 0 for c in below[1:]], np.int64)
+    skip = int(np.array_equal(np.array([c[lead] for c in top[1:]], np.int64), prev))
+    start = lead + skip - below[0].size
+    out = []
+    for low, col in zip(below, top):
+        col[start:start + low.size] = low
+        out.append(col[start:])
+    return out
 
 
 def _tier_required(ids: np.ndarray, obj_sizes: np.ndarray, sizes: np.ndarray, t_lo: int,
@@ -265,10 +282,17 @@ def _curves(ids, obj_sizes, obj_tokens, ref_row, oversize: str, obj_bytes, obj_m
                                      int(t_hi), obj_mod))
         lo = int(tiers[-1])
     req, count = required_capacities(ids, sizes, m)
-    parts.append(_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo, obj_mod=obj_mod))
+    if parts:  # the tiers' pieces are small: the large last piece is written after them
+        below = _join(parts)
+        lead = below[0].size + 1
+        curve = Curve.of(_join_into(below, _step_curve(req, ids, obj_bytes, obj_tokens, ref_row,
+                                                       lo, obj_mod=obj_mod, lead=lead), lead))
+    else:
+        curve = Curve.of(_join([_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo,
+                                            obj_mod=obj_mod)]))
     if not entries:
-        return Curve.of(_join(parts)), None
-    return Curve.of(_join(parts)), curve_of(count, ids, obj_sizes, obj_tokens, ref_row, obj_mod)
+        return curve, None
+    return curve, curve_of(count, ids, obj_sizes, obj_tokens, ref_row, obj_mod)
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,

@@ -427,9 +427,9 @@ def _rows_with_refs(trace: Trace) -> int:
 
 
 def _totals(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> dict:
-    ids, n = trace.ids, int(trace.ids.size)
-    return {"references": n, "bytes": int(sizes[ids].sum()), "tokens": int(tokens[ids].sum()),
-            "requests_with_images": _rows_with_refs(trace)}
+    refs = np.bincount(trace.ids, minlength=sizes.size)  # references per object
+    return {"references": int(trace.ids.size), "bytes": int(refs @ sizes),
+            "tokens": int(refs @ tokens), "requests_with_images": _rows_with_refs(trace)}
 
 
 def _capacity_row(t: CacheTarget, cap: int | None, cap_images: int | None, counts: dict,

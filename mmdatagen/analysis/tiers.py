@@ -45,11 +45,11 @@ def front_flags(trace: Trace, tokens: np.ndarray, budget: int,
                 events: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
     """Per reference, whether vLLM's encoder cache of ``budget`` tokens holds it when its request
     is scheduled (``tokens``: front size per object), over ``events`` (row r looked up is ``r``,
-    completed ``~r``; default :func:`default_events`); and the front's counters (hits,
-    evictions, inserts)."""
+    completed ``~r``; default: :func:`default_events`, one request at a time); and the front's
+    counters (hits, evictions, inserts)."""
     ids = np.ascontiguousarray(trace.ids, np.int64)
     m = int(tokens.size)
-    ev = default_events(trace.num_rows) if events is None else np.asarray(events, np.int64)
+    ev = np.zeros(0, np.int64) if events is None else np.asarray(events, np.int64)
     row_start = trace.row_start
     args = (ev, row_start, ids, np.asarray(tokens, np.int64), int(budget),
             np.zeros(ids.size, np.int8), np.zeros(ids.size, np.int8), np.zeros(m, np.int64),
