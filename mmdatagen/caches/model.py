@@ -114,6 +114,17 @@ class OrderedCache(CacheModel):
         """Keys from the next to be evicted to the last."""
         return list(self._data)
 
+    def entries(self) -> tuple[Item, ...]:
+        """The entries (key, size) from the next to be evicted to the last."""
+        return tuple(self._data.items())
+
+    def load(self, entries: Sequence[Item]) -> None:
+        """Hold exactly ``entries`` (key, size; next to be evicted first), nothing pending: a
+        replay that branches (the loader's order band) restores a state with it."""
+        self._data = OrderedDict(entries)
+        self.used = sum(size for _, size in entries)
+        self._pending.clear()
+
     def lookup(self, rid: Hashable, items: Sequence[Item]) -> list[bool]:
         data = self._data
         if self.touch_first and self.lru:

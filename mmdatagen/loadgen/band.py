@@ -15,7 +15,7 @@ order, one of them. Three methods, the first that applies:
    equal caches are one state, keeping the lowest and highest hits. The answer is exact: where
    no windows overlap there is one state per step (width 0, the exact replay). It runs while
    its steps stay under ``SEARCH_BUDGET`` (it gives up at once when the pace so far says it
-   would take four times that).
+   would take twice that). Steps, not seconds: the same run gives the same band anywhere.
 2. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
    processor cache, touch-first included; SGLang's set-keyed cache with its flush on an
    oversize entry). LRU's stack property: an entry ``x`` last touched by request ``u`` is still
@@ -514,7 +514,7 @@ def stack_band(seq: _Seq, weights: Sequence[np.ndarray]) -> list[tuple[int, int]
 
 
 # -- the exact search: every consistent order, equal cache states merged ---------------------------
-SEARCH_BUDGET = 500_000  # cache steps the exact search may take (10-20 s) before the bounds
+SEARCH_BUDGET = 1_000_000  # cache steps the exact search may take (5-15 s) before the bounds
 MEMO = 200_000  # remembered cache steps (equal states reached from different placed sets)
 COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
 Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
@@ -577,7 +577,7 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
             if spent > budget:
                 return None
         layer = nxt
-        if spent / (step + 1) * (len(ev) - step - 1) > 4 * budget:
+        if spent + spent / (step + 1) * (len(ev) - step - 1) > 2 * budget:
             return None  # hopeless at the pace so far: the bounds answer at once
         if len(step_of.states) > MEMO:
             layer = step_of.compact(layer)
@@ -682,12 +682,12 @@ class _LruStepper(_Stepper):
     (an entry survives iff what was stored after it, plus itself, fits) makes a smaller state
     enough: the entries from the next to be evicted, where a run of entries no unplaced request
     holds counts only by its total size (one anonymous entry) and the runs below the deepest
-    entry still wanted are dropped, so more placed sets share a state. The cache is rebuilt
-    through its own ``insert`` and ``lookup``."""
+    entry still wanted are dropped, so more placed sets share a state. The cache is the
+    target's own model, loaded with each state (``OrderedCache.load``)."""
 
     def __init__(self, ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                  fail: Sequence[bool], start: Any, factory: Callable[[], Any]) -> None:
-        self.factory = factory
+        self.cache = factory()
         self.last: dict[Hashable, int] = {}  # key -> its last lookup event
         for q, (_, _, kind, p) in enumerate(ev):
             for key, _ in items[p] if kind == 0 else ():
@@ -699,14 +699,9 @@ class _LruStepper(_Stepper):
 
     def apply(self, state: Hashable, q: int) -> tuple[Hashable, int]:
         assert isinstance(state, tuple)
-        cache = self.factory()
-        sizes = dict(state)
-        for key, size in state:
-            cache.insert(key, size)
-        got = self.run(cache, q)
-        for key, size in self.items[self.ev[q][3]]:
-            sizes.setdefault(key, size)  # an entry keeps the size it was stored with
-        return tuple((key, sizes[key]) for key in cache.keys()), got
+        self.cache.load(state)
+        got = self.run(self.cache, q)
+        return self.cache.entries(), got
 
     def settle(self, state: Hashable, first: int) -> Hashable:
         assert isinstance(state, tuple)
