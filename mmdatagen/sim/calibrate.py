@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..caches.targets import CacheTarget, get_target
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..metrics import NONE, RecordTable
 from .profile import Profile
 
@@ -394,7 +394,8 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
     with it (the residuals); writes nothing."""
     unknown = sorted(set(hold or ()) - set(PARAMS))
     if unknown:
-        raise UserError(f"--hold: unknown parameters {', '.join(unknown)} (of {', '.join(PARAMS)})")
+        raise SpecError("hold", f"names unknown parameters {', '.join(unknown)} (of "
+                                f"{', '.join(PARAMS)})")
     if not paths:
         raise UserError("give one or more run folders")
     first = [load_run(p, "dynamo-embedding") for p in paths[:1]]
