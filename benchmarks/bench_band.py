@@ -89,7 +89,7 @@ def main() -> None:
     items, s, f, target, capacity = workload(n, args.concurrency, n // 2)
     capacity = sum(sorted(sz for it in items for _, sz in it)[:24])  # about 24 entries
     exact = replay(target, capacity, items)
-    searched, t_search = timed_band(target, capacity, items, s, f, budget=3_000_000)
+    searched, t_search = timed_band(target, capacity, items, s, f, budget=200_000_000)
     bound, t_bound = timed_band(target, capacity, items, s, f, budget=0)
     print(f"tightness, {n} requests (Zipf over {n // 2} images, about 24 entries cached): "
           f"exact {exact}; the band by exact search {searched.bounds[0]} ({searched.method}, "

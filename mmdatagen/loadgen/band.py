@@ -14,8 +14,9 @@ order, one of them. Three methods, the first that applies:
    cache as the target's own model left it (pickled, counters zeroed). Placed sets reached with
    equal caches are one state, keeping the lowest and highest hits. The answer is exact: where
    no windows overlap there is one state per step (width 0, the exact replay). It runs while
-   its steps stay under ``SEARCH_BUDGET`` (it gives up at once when the pace so far says it
-   would take twice that). Steps, not seconds: the same run gives the same band anywhere.
+   its work stays under ``SEARCH_BUDGET`` (moves between states, and ``APPLY_COST`` per cache
+   step not remembered; it gives up at once when the pace so far says it would take twice
+   that). Work, not seconds: the same run gives the same band on any machine.
 2. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
    processor cache, touch-first included; SGLang's set-keyed cache with its flush on an
    oversize entry). LRU's stack property: an entry ``x`` last touched by request ``u`` is still
@@ -514,7 +515,8 @@ def stack_band(seq: _Seq, weights: Sequence[np.ndarray]) -> list[tuple[int, int]
 
 
 # -- the exact search: every consistent order, equal cache states merged ---------------------------
-SEARCH_BUDGET = 1_000_000  # cache steps the exact search may take (5-15 s) before the bounds
+SEARCH_BUDGET = 20_000_000  # work units of the exact search (about 10 s here) before the bounds
+APPLY_COST = 30  # units of a cache step not remembered (a remembered one, a move, costs 1)
 MEMO = 200_000  # remembered cache steps (equal states reached from different placed sets)
 COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
 Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
@@ -558,14 +560,14 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     """Lowest and highest hits (``gain[w, p]``: what a hit of request ``p``'s items is worth
     under weight vector ``w``) over every order of the events ``ev`` (sorted by window
     low) consistent with their windows, by a search over placed sets that keeps one copy of
-    equal cache states (the target's own model); None past ``budget`` steps."""
+    equal cache states (the target's own model); None past ``budget`` units of work."""
     step_of = _stepper(ev, items, fail, factory)
     half = gain.shape[0]
     cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
     # placed set -> cache state id -> (lowest per weight..., highest per weight...)
     layer: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {
         (0, frozenset()): {step_of.start: (0.0,) * (2 * half)}}
-    spent = 0
+    moves = 0
     for step in range(len(ev)):
         nxt: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {}
         for (first, extra), states in layer.items():
@@ -573,10 +575,11 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
                 placed = _placed_after(first, extra, q)
                 _place(step_of, states, q, placed[0], cols[ev[q][3]],
                        nxt.setdefault(placed, {}))
-                spent += len(states)
-            if spent > budget:
+                moves += len(states)
+            if moves + APPLY_COST * step_of.applied > budget:
                 return None
         layer = nxt
+        spent = moves + APPLY_COST * step_of.applied
         if spent + spent / (step + 1) * (len(ev) - step - 1) > 2 * budget:
             return None  # hopeless at the pace so far: the bounds answer at once
         if len(step_of.states) > MEMO:
@@ -617,6 +620,7 @@ class _Stepper:
                  fail: Sequence[bool], start: Any) -> None:
         self.ev, self.items, self.fail = ev, items, fail
         self.memo: dict[tuple[int, int], tuple[int, int]] = {}
+        self.applied = 0  # cache steps taken (not remembered)
         self.settled: dict[tuple[int, int], int] = {}
         self.ids: dict[Hashable, int] = {}
         self.states: list[Hashable] = []
@@ -666,6 +670,7 @@ class _Stepper:
                 self.memo.clear()
                 self.settled.clear()
             state, got = self.apply(self.states[sid], q)
+            self.applied += 1
             hit = self.memo[(sid, q)] = (self.intern(state), got)
         out = self.settled.get((hit[0], first))
         if out is None:
