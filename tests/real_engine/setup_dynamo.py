@@ -14,16 +14,14 @@ never skips).
 """
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from . import setup_engine
-from .setup_engine import SetupError, _run
+from .setup_engine import _run
 
 DYNAMO_VERSION = "1.6.1"
 DYNAMO = [f"ai-dynamo=={DYNAMO_VERSION}", f"ai-dynamo-runtime=={DYNAMO_VERSION}"]  # --no-deps
@@ -70,19 +68,9 @@ def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--venv", type=Path, default=None,
-                        help="the engine virtualenv (default: setup_engine's)")
-    args = parser.parse_args(argv)
-    started = time.monotonic()
-    try:
-        py = ensure(args.venv)
-    except (SetupError, OSError, subprocess.CalledProcessError) as exc:
-        print(f"error: Dynamo connector setup failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"[setup-dynamo] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    print(py)
-    return 0
+    return setup_engine.run_setup(ensure, "Dynamo connector", "setup-dynamo", argv,
+                                  (__doc__ or "").splitlines()[0],
+                                  "the engine virtualenv (default: setup_engine's)")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,9 @@ exit status 1 (the suite fails, it never skips).
 """
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -103,20 +101,10 @@ def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--venv", type=Path, default=None,
-                        help="target virtualenv (default: $MMDATAGEN_DYNAMO_VENV or "
-                             "~/.cache/mmdatagen/dynamo-...)")
-    args = parser.parse_args(argv)
-    started = time.monotonic()
-    try:
-        py = ensure(args.venv)
-    except (SetupError, OSError, subprocess.CalledProcessError) as exc:
-        print(f"error: Dynamo stack setup failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"[setup-dynamo] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
-    print(py)
-    return 0
+    return setup_engine.run_setup(ensure, "Dynamo stack", "setup-dynamo", argv,
+                                  (__doc__ or "").splitlines()[0],
+                                  "target virtualenv (default: $MMDATAGEN_DYNAMO_VENV or "
+                                  "~/.cache/mmdatagen/dynamo-...)")
 
 
 if __name__ == "__main__":

