@@ -5,16 +5,18 @@ from typing import Any
 
 import click
 
-from ..spec.cli import config_option, make, options
+from ..spec.cli import PRESET_READ, config_option, make, options
 from ..spec.content import SLIDING_WINDOW_CONTENT, Content, Media, Output
 from ..spec.workload import PoolWorkload, SlidingWindowWorkload
 
 
 def _run(workload: PoolWorkload | SlidingWindowWorkload, values: dict[str, Any]) -> None:
     from ..dataset import make_dataset, summary
+    from ..io.atomic import reading
 
     content, media, output = make(Content, values), make(Media, values), make(Output, values)
-    result = make_dataset(workload, content, output, media)
+    with reading([click.get_current_context().meta.get(PRESET_READ)]):  # --config's file
+        result = make_dataset(workload, content, output, media)
     if not output.quiet:
         click.echo(summary(result), err=True)
     click.echo(str(result.path))

@@ -169,13 +169,19 @@ def preset_defaults(path_or_name: str, classes: Iterable[type], source: str | No
     return out
 
 
+PRESET_READ = "mmdatagen.preset_path"  # ctx.meta key: the --config file a command read
+
+
 def config_option(*classes: type, name: str = "config") -> Decorator:
     """Eager ``--config PRESET``: the YAML supplies defaults; flags on the command line win."""
 
     def load(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
         if value:
+            from ..presets import find_config
+
             defaults = preset_defaults(value, classes)
             ctx.default_map = {**(ctx.default_map or {}), **defaults}
+            ctx.meta[PRESET_READ] = find_config(value)  # an input of the run: never written over
         return value
 
     return click.option(f"--{name}", "preset", callback=load, is_eager=True, expose_value=False,

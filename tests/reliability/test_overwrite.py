@@ -116,3 +116,16 @@ def test_merge_never_writes_over_a_shard(tmp_path):
               sorted(tmp_path.glob("d.shard-*.jsonl"))], cwd=tmp_path)
     _refused(res)
     assert shard.read_bytes() == before
+
+
+def test_pool_never_writes_over_its_config(tmp_path):
+    """``pool --config X.yaml -o X.yaml --force``: the preset is an input of the run (it was
+    replaced by the dataset, exit 0)."""
+    preset = tmp_path / "X.yaml"
+    preset.write_text("num_requests: 4\npool_size: 2\nimage_size: 32x32\ntext_tokens: 8\n")
+    before = preset.read_bytes()
+    res = run("pool", "--config", "X.yaml", "-o", "X.yaml", "--force", "-q", cwd=tmp_path)
+    _refused(res)
+    assert preset.read_bytes() == before
+    ok = run("pool", "--config", "X.yaml", "-o", "d.jsonl", "-q", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr  # the preset still works as one
