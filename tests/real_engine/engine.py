@@ -312,3 +312,15 @@ class VllmServer(ServerLog):
             elif name == "vllm:mm_cache_hits_total":
                 out["hits"] += float(line.rsplit(" ", 1)[1])
         return out
+
+
+def prediction_band(pred: dict) -> dict | None:
+    """The export's order band (``predicted.band``): the lowest and highest hits over every
+    order in which the server may have seen the requests. Server counters cover every request
+    of the run, so the band over all requests when the export has it; None without a band."""
+    band = pred.get("band")
+    if not isinstance(band, dict) or "low" not in band or "high" not in band:
+        return None
+    whole = band.get("all_requests") or band
+    return {"low": whole["low"], "high": whole["high"], "method": band.get("method"),
+            "measured_inside": band.get("measured_inside")}

@@ -43,7 +43,7 @@ import pytest
 
 from . import setup_dynamo
 from .conftest import ARTIFACTS
-from .engine import RESULTS, TIMINGS, EngineError, VllmServer
+from .engine import RESULTS, TIMINGS, EngineError, VllmServer, prediction_band
 from .reference import item_tokens, requests_in_dispatch_order
 
 pytestmark = pytest.mark.real_engine
@@ -144,7 +144,7 @@ class _Summary:
                                                             "encoder_runs"))
             terminalreporter.write_line(
                 f"{r['workload']} | {r['concurrency']} | {cells} | "
-                f"{s['hits']}/{s['misses']}/{s['evictions']} | {r['band']}")
+                f"{s['hits']}/{s['misses']}/{s['evictions']} | {band_cell(r['band'])}")
 
 
 @pytest.fixture(scope="module")
@@ -264,17 +264,8 @@ def replays(dataset: Path, records: list[dict], measured: dict, budget: int) -> 
             for k, xs in orders.items()}
 
 
-def prediction_band(pred: dict) -> dict | None:
-    """The export's band of predicted hits over the orders the server may have seen
-    (``band.lowest`` / ``band.highest``: numbers or blocks with ``hits``), if there is one."""
-    band = pred.get("band")
-    if not isinstance(band, dict) or "lowest" not in band or "highest" not in band:
-        return None
-
-    def hits(v):
-        return v.get("hits") if isinstance(v, dict) else v
-
-    return {"lowest": hits(band["lowest"]), "highest": hits(band["highest"])}
+def band_cell(band: dict | None) -> str:
+    return "-" if band is None else f"{band['low']}..{band['high']}"
 
 
 # -- the cases ---------------------------------------------------------------------------------
@@ -336,4 +327,4 @@ def test_predicted_equals_connector(connector_server, tiny_model, workload, conc
         # the workload reaches Dynamo's tier and shows its LRU
         assert measured["hits"] > 0 and measured["misses"] > 0, row
     elif band is not None:  # the client cannot know the server's order: inside the band
-        assert band["lowest"] <= measured["hits"] <= band["highest"], row
+        assert band["low"] <= measured["hits"] <= band["high"], row

@@ -42,7 +42,7 @@ import pytest
 from . import setup_dynamo_stack
 from .conftest import ARTIFACTS
 from .dynamo_stack import DynamoStack
-from .engine import RESULTS, TIMINGS, EngineError
+from .engine import RESULTS, TIMINGS, EngineError, prediction_band
 from .reference import item_tokens, requests_in_dispatch_order
 
 pytestmark = pytest.mark.real_engine
@@ -204,18 +204,6 @@ def two_tier_replay(requests: list[list[tuple[str, int]]], budget_tokens: int,
             freeable[key] = cached[key]
     out["entries"] = len(lru)
     return out
-
-
-def prediction_band(pred: dict) -> dict | None:
-    """The export's order band (``predicted.band``): the lowest and highest hits over every
-    order in which the server may have seen the requests. Dynamo's counters cover every
-    request of the run, so the band over all requests when the export has it."""
-    band = pred.get("band")
-    if not isinstance(band, dict) or "low" not in band or "high" not in band:
-        return None
-    whole = band.get("all_requests") or band
-    return {"low": whole["low"], "high": whole["high"], "method": band.get("method"),
-            "measured_inside": band.get("measured_inside")}
 
 
 def summary_row(name: str, concurrency: int, pred: dict, measured: dict, reference: dict,
