@@ -9,14 +9,12 @@ on failure one ``error:`` line and exit status 1 (the suite fails, it never skip
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
-from .setup_engine import SetupError, _run, pip_sources
+from .setup_engine import SetupError, _run, build_locked, pip_sources
 
 AIPERF_VERSION = "0.13.0"
 
@@ -57,13 +55,5 @@ def _build(venv: Path, log) -> None:
 def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
     """The AIPerf venv's python, building the venv first when needed."""
     venv = Path(venv) if venv is not None else default_venv()
-    if not _ready(venv):
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not _ready(venv):  # another process may have built it while we waited
-                started = time.monotonic()
-                _build(venv, log)
-                print(f"[setup-aiperf] built {venv} in {time.monotonic() - started:.0f} s",
-                      file=log, flush=True)
+    build_locked(venv, _ready, _build, "setup-aiperf", log)
     return venv / "bin" / "python"

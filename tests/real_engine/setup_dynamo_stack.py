@@ -17,11 +17,9 @@ exit status 1 (the suite fails, it never skips).
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from . import setup_engine
@@ -87,16 +85,7 @@ def build(venv: Path, log) -> None:
 def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
     """The Dynamo venv's python, building the venv first when needed (under a file lock)."""
     venv = Path(venv) if venv is not None else default_venv()
-    if is_ready(venv):
-        return setup_engine.venv_python(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_ready(venv):  # another process may have built it while we waited
-            started = time.monotonic()
-            build(venv, log)
-            print(f"[setup-dynamo] built {venv} in {time.monotonic() - started:.0f} s",
-                  file=log, flush=True)
+    setup_engine.build_locked(venv, is_ready, build, "setup-dynamo", log)
     return setup_engine.venv_python(venv)
 
 

@@ -195,19 +195,25 @@ def build(venv: Path, log, pins: dict[str, str] | None = None) -> None:
     (venv / STAMP_NAME).write_text(stamp_text(pins))
 
 
+def build_locked(venv: Path, ready, build_fn, tag: str, log=sys.stderr) -> None:
+    """Build ``venv`` with ``build_fn(venv, log)`` unless ``ready(venv)``, under the venv's file
+    lock (checked again once the lock is held: another process may have built it meanwhile)."""
+    if ready(venv):
+        return
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready(venv):
+            started = time.monotonic()
+            build_fn(venv, log)
+            print(f"[{tag}] built {venv} in {time.monotonic() - started:.0f} s", file=log,
+                  flush=True)
+
+
 def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
     """Return the engine venv's python, building the venv first when needed (under a file lock)."""
     venv = Path(venv) if venv is not None else default_venv()
-    if is_ready(venv):
-        return venv_python(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = venv.parent / f".{venv.name}.lock"
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_ready(venv):  # another process may have built it while we waited
-            started = time.monotonic()
-            build(venv, log)
-            print(f"[setup-engine] built {venv} in {time.monotonic() - started:.0f} s", file=log, flush=True)
+    build_locked(venv, is_ready, build, "setup-engine", log)
     return venv_python(venv)
 
 
