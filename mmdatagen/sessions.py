@@ -13,13 +13,19 @@ analysis's causal concurrency model (AIPerf's session replay).
 
 :class:`SessionIndex` applies the rule to rows as they arrive (the loader reads lazily);
 :func:`group_rows` applies it to a whole column (:func:`group_ids`: the same for a numpy column
-of integer ids, vectorised); :class:`Cycle` hands out sessions pass after pass. The consumers only ask them, so they cannot disagree (``tests/test_sessions.py``).
+of integer ids, vectorised); :class:`Cycle` hands out sessions pass after pass and
+:class:`Replay` is the feed of the dispatch core (``mmdatagen.scheduling``) for sessions held in
+memory (``simulate``, the analysis); the loader's lazy feed is ``loadgen.sessions.SessionSource``.
+The consumers only ask them, so they cannot disagree (``tests/test_sessions.py``).
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Generic, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 def row_key(session_id: str | None, line_no: int, multi_turn: bool = False) -> Hashable:
@@ -124,3 +130,31 @@ class Cycle:
         if self.next == self.count:
             self.next, self.epoch = 0, self.epoch + 1
         return session, epoch
+
+
+class Replayed(Generic[T]):
+    """One session of a :class:`Replay`: its rows, its pass (``epoch``) and the next row."""
+
+    __slots__ = ("epoch", "pos", "rows")
+
+    def __init__(self, rows: Sequence[T], epoch: int) -> None:
+        self.rows, self.epoch, self.pos = rows, epoch, 0
+
+
+class Replay(Generic[T]):
+    """Sessions held in memory (rows grouped by the rule), started in order, pass after pass
+    (``wrap``) or once: a feed of the dispatch core (``next_session`` / ``next_turn``)."""
+
+    def __init__(self, groups: Sequence[Sequence[T]], wrap: bool = True) -> None:
+        self.groups = groups
+        self.cycle = Cycle(len(groups), wrap)
+
+    def next_session(self) -> Replayed[T] | None:
+        nxt = self.cycle.take()
+        return None if nxt is None else Replayed(self.groups[nxt[0]], nxt[1])
+
+    def next_turn(self, session: Replayed[T]) -> T | None:
+        if session.pos >= len(session.rows):
+            return None
+        session.pos += 1
+        return session.rows[session.pos - 1]

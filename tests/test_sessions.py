@@ -16,7 +16,7 @@ from mmdatagen.io.readers import iter_turns
 from mmdatagen.loadgen.sessions import SessionSource
 from mmdatagen.sessions import Cycle, group_ids, group_rows, row_key
 from mmdatagen.sim.profile import load_profile
-from mmdatagen.sim.virtual import _Sessions, load_turns
+from mmdatagen.sim.virtual import load_turns, session_feed, session_label
 
 PROFILE = load_profile("zero-delay")
 session_ids = st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", "row_2"])),
@@ -48,10 +48,10 @@ def _loader(path: Path, passes: int = 1) -> list[tuple[str, list[int]]]:
 def _simulate(path: Path, sessions: int | None = None) -> list[tuple[str, list[int]]]:
     turns = load_turns(path, PROFILE)
     row_of = {id(t): i for i, t in enumerate(turns)}
-    order = _Sessions(turns, wrap=sessions is not None)
+    feed = session_feed(turns, wrap=sessions is not None)
     out = []
-    while (sessions is None or len(out) < sessions) and (nxt := order.take()) is not None:
-        out.append((nxt[0], [row_of[id(t)] for t in nxt[1]]))
+    while (sessions is None or len(out) < sessions) and (nxt := feed.next_session()) is not None:
+        out.append((session_label(nxt), [row_of[id(t)] for t in nxt.rows]))
     return out
 
 
@@ -105,7 +105,8 @@ def test_multi_turn_lines_are_sessions_even_with_one_id(tmp_path):
     while (sess := src.next_session()) is not None:
         loader.append((sess.conversation_id, len(list(iter(lambda: src.next_turn(sess), None)))))
     turns = load_turns(path, PROFILE)
-    virtual = [(label, len(rows)) for label, rows in iter(_Sessions(turns, wrap=False).take, None)]
+    virtual = [(session_label(s), len(s.rows))
+               for s in iter(session_feed(turns, wrap=False).next_session, None)]
     assert loader == virtual == [("s", 2), ("s", 2)]
     assert turns[2].text_tokens == turns[0].text_tokens < turns[1].text_tokens  # own history
 

@@ -1,10 +1,8 @@
 """``mmdatagen simulate``: a whole benchmark in virtual time (no HTTP, no sleeping).
 
-The dispatch follows AIPerf's rules (aiperf-compat.md): ``concurrency`` slots; rows sharing a
-``session_id`` form one session replayed causally (next row after the previous completes, plus
-its ``delay``); concurrency counts sessions, ``request_count`` counts requests; warmup requests
-come first from the same sequence and are drained before profiling starts (profiling continues
-where warmup stopped). ``timestamp`` schedules are not modelled. The client and network are
+The dispatch is the loader's: the dispatch core (``mmdatagen.scheduling``: ``concurrency``
+slots replaying sessions causally, warmup drained before profiling, the arrival process) driven
+by a virtual clock. ``timestamp`` schedules are not modelled. The client and network are
 instantaneous, so TTFT = server time from arrival to the first token.
 """
 from __future__ import annotations
@@ -15,10 +13,11 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..arrivals import Pacer, make_pacer
+from ..arrivals import make_pacer
 from ..errors import DatasetError, UserError
 from ..io.readers import Turn, detect_format, iter_turns
-from ..sessions import Cycle, epoch_label, group_rows, row_key, row_label
+from ..scheduling import SEND, WAIT, Core, Phase, Slot, phases
+from ..sessions import Replay, Replayed, epoch_label, group_rows, row_key, row_label
 from ..vlm import VisionModel, resolve_model
 from .engine import Engine, SimImage, SimRequest
 from .media import turn_media
@@ -138,147 +137,105 @@ class SimResult:
     duration_ms: float = 0.0
 
 
-class _Sessions:
-    """The dataset's sessions in the order they start (``mmdatagen.sessions``), labelled by
-    pass; cycled when the request count exceeds the rows unless ``wrap`` is off."""
-
-    def __init__(self, turns: list[SimTurn], wrap: bool = True) -> None:
-        keys = (t.session if t.key is None else t.key for t in turns)
-        self.sessions = [[turns[i] for i in rows] for rows in group_rows(keys)]
-        self.cycle = Cycle(len(self.sessions), wrap)
-
-    def take(self) -> tuple[str, list[SimTurn]] | None:
-        """The next session's label and rows (None once a single pass is used up and ``wrap``
-        is off)."""
-        nxt = self.cycle.take()
-        if nxt is None:
-            return None
-        rows = self.sessions[nxt[0]]
-        return epoch_label(rows[0].session, nxt[1]), rows
+def session_feed(turns: list[SimTurn], wrap: bool = True) -> Replay[SimTurn]:
+    """The dataset's sessions in the order they start (``mmdatagen.sessions``), cycled when the
+    request count exceeds the rows unless ``wrap`` is off: the dispatch core's feed."""
+    keys = (t.session if t.key is None else t.key for t in turns)
+    return Replay([[turns[i] for i in rows] for rows in group_rows(keys)], wrap)
 
 
-@dataclass
-class _Phase:
-    """One phase's dispatch state: free slots by time, frontend queue, tickets of paced slots."""
-
-    name: str
-    cap: int
-    pacer: Pacer | None
-    issue_heap: list[tuple[float, int, int]]
-    issued: int = 0
-    in_flight: int = 0
-    arrivals: list[tuple[float, int, SimRequest]] = field(default_factory=list)
-    ticketed: set[int] = field(default_factory=set)
-
-    def waiting(self) -> bool:
-        """A slot may still issue (count left, or a paced slot holds a ticket)."""
-        return bool(self.issue_heap) and (self.issued < self.cap or bool(self.ticketed))
-
-    def done(self) -> bool:
-        return self.in_flight == 0 and not self.ticketed and (self.issued >= self.cap
-                                                              or not self.issue_heap)
+def session_label(session: Replayed[SimTurn]) -> str:
+    """A session's name in records: its label, ``#pass`` from the second pass on."""
+    return epoch_label(session.rows[0].session, session.epoch)
 
 
 class _VirtualRun:
-    """Slots replaying sessions causally against one engine, in virtual milliseconds."""
+    """The dispatch core (``mmdatagen.scheduling``) driven in virtual milliseconds against one
+    engine: an event loop of slot times (``due``: when a slot asks the core next, after a
+    completion plus the next turn's ``delay``, or at a paced ticket's time), frontend arrivals
+    and engine steps. When a phase opens, every live slot asks at once, in slot order."""
 
     def __init__(self, turns: list[SimTurn], profile: Profile, cache_size: float, concurrency: int,
-                 policy: OutputPolicy, streaming: bool, wrap: bool,
+                 policy: OutputPolicy, streaming: bool, wrap: bool, run_phases: list[Phase],
                  model: VisionModel | None = None) -> None:
         self.profile, self.policy, self.streaming = profile, policy, streaming
         self.eng = Engine(profile, cache_size, model)
-        self.sessions = _Sessions(turns, wrap)
-        self.slots: list[list] = [[None, None, 0] for _ in range(concurrency)]  # label, rows, next
+        self.core: Core[Replayed[SimTurn], SimTurn] = Core(session_feed(turns, wrap), run_phases)
+        self.slots = [self.core.add_slot() for _ in range(concurrency)]
+        self.due: list[tuple[float, int, int]] = [(0.0, i, i) for i in range(concurrency)]
+        self.arrivals: list[tuple[float, int, SimRequest]] = []
         self.records: list = []
         self.t = 0.0
         self.rid = 0
 
-    def run_phase(self, name: str, cap: int, pacer: Pacer | None) -> None:
-        heap = [(self.t, i, i) for i in range(len(self.slots))]
-        heapq.heapify(heap)
-        ph = _Phase(name, cap, pacer, heap)
+    def run(self) -> None:
         while True:
-            self._issue_due(ph)
-            while ph.arrivals and ph.arrivals[0][0] <= self.t:
-                self.eng.add(heapq.heappop(ph.arrivals)[2])
-            if ph.done():
+            self._issue_due()
+            while self.arrivals and self.arrivals[0][0] <= self.t:
+                self.eng.add(heapq.heappop(self.arrivals)[2])
+            if self.core.finished():
                 return
-            self._advance(ph)
+            self._advance()
 
-    def _issue_due(self, ph: _Phase) -> None:
-        """Issue every request whose slot is free (and, when paced, whose time has come)."""
-        while ph.issue_heap and ph.issue_heap[0][0] <= self.t:
-            due, seq, s = heapq.heappop(ph.issue_heap)
-            if ph.issued >= ph.cap and s not in ph.ticketed:
-                continue  # the request count is used up: this slot stops
-            if not self._has_row(s):
-                continue  # one pass done: this slot retires
-            if ph.pacer is not None and s not in ph.ticketed:
-                ticket = ph.pacer.take(due)
-                ph.issued += 1
-                if ticket > due:
-                    ph.ticketed.add(s)
-                    heapq.heappush(ph.issue_heap, (ticket, seq, s))
-                    continue
-            elif s in ph.ticketed:
-                ph.ticketed.discard(s)
-            else:
-                ph.issued += 1
-            self._send(ph, s, due)
+    def _issue_due(self) -> None:
+        """Ask the core for every slot whose time has come."""
+        while self.due and self.due[0][0] <= self.t:
+            due, seq, s = heapq.heappop(self.due)
+            slot = self.slots[s]
+            step = self.core.next(slot, due)
+            if step == SEND:
+                self._send(slot, due)
+            elif step == WAIT:  # a paced ticket: ask again at its time
+                heapq.heappush(self.due, (slot.at, seq, s))
+            self._phase_opened()  # HOLD: released when the phase opens; DONE: the slot stops
 
-    def _has_row(self, s: int) -> bool:
-        slot = self.slots[s]
-        if slot[1] is None or slot[2] >= len(slot[1]):
-            nxt_session = self.sessions.take()
-            if nxt_session is None:
-                return False
-            slot[0], slot[1] = nxt_session
-            slot[2] = 0
-        return True
+    def _phase_opened(self) -> None:
+        if self.core.released:
+            self.core.released.clear()
+            self.due = [(self.t, i, i) for i, slot in enumerate(self.slots) if not slot.retired]
 
-    def _send(self, ph: _Phase, s: int, due: float) -> None:
-        slot, prof = self.slots[s], self.profile
-        row = slot[1][slot[2]]
-        slot[2] += 1
+    def _send(self, slot: Slot[Replayed[SimTurn], SimTurn], due: float) -> None:
+        prof, row = self.profile, slot.turn
+        assert row is not None and slot.session is not None  # the core sends a turn
         text = row.text_tokens
         for ol in row.prior_outputs:
             text += reply_tokens(self.policy.target(prof.natural_output_tokens, ol),
                                  prof.text_bytes_per_token)
         sreq = SimRequest(self.rid, text, row.images,
                           self.policy.target(prof.natural_output_tokens, row.output_length),
-                          arrival=due, tag=(s, slot[0], row, ph.name))
+                          arrival=due, tag=(slot.index, session_label(slot.session), row,
+                                            slot.phase))
         self.rid += 1
-        ph.in_flight += 1
-        heapq.heappush(ph.arrivals, (self.eng.frontend_ready_at(sreq, due), sreq.rid, sreq))
+        heapq.heappush(self.arrivals, (self.eng.frontend_ready_at(sreq, due), sreq.rid, sreq))
 
-    def _advance(self, ph: _Phase) -> None:
+    def _advance(self) -> None:
         """Move virtual time: to the next event when idle or blocked, else by one engine step."""
         eng = self.eng
         if eng.idle:
-            nxt = [ph.arrivals[0][0]] if ph.arrivals else []
-            if ph.waiting():
-                nxt.append(ph.issue_heap[0][0])
+            nxt = [self.arrivals[0][0]] if self.arrivals else []
+            if self.due and self.core.may_issue():
+                nxt.append(self.due[0][0])
             self.t = max(self.t, min(nxt))
             return
         dur = eng.begin_step(self.t)
         if dur is None:  # everything runnable is blocked on the serial encoder
             nxt = [x for x in (eng.next_wake(self.t),) if x is not None]
-            if ph.arrivals:
-                nxt.append(ph.arrivals[0][0])
-            if ph.waiting():
-                nxt.append(ph.issue_heap[0][0])
+            if self.arrivals:
+                nxt.append(self.arrivals[0][0])
+            if self.due and self.core.may_issue():
+                nxt.append(self.due[0][0])
             if not nxt:
                 raise RuntimeError("simulator stalled: requests wait but nothing can run")
             self.t = max(self.t, min(nxt))
             return
         self.t += dur
         for r in eng.end_step(self.t):
-            ph.in_flight -= 1
             self._record(r)
             s = r.tag[0]  # type: ignore[index]
-            slot = self.slots[s]
-            delay = slot[1][slot[2]].delay_ms if slot[2] < len(slot[1]) else 0.0
-            heapq.heappush(ph.issue_heap, (self.t + delay, r.rid, s))
+            turn = self.core.complete(self.slots[s], self.t)
+            delay = turn.delay_ms if turn is not None else 0.0
+            heapq.heappush(self.due, (self.t + delay, r.rid, s))
+            self._phase_opened()
 
     def _record(self, r: SimRequest) -> None:
         from ..metrics import RequestRecord
@@ -318,11 +275,11 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_size: float, concurre
                  warmup_request_count=warmup_count, request_rate=request_rate)
     policy = policy or OutputPolicy()
     policy.check(turns, profile)
-    run = _VirtualRun(turns, profile, cache_size, concurrency, policy, streaming, wrap, model)
-    run.run_phase("warmup", warmup_count, None)
     pacer = make_pacer(request_rate, arrival, seed, unit=1000.0, burstiness=burstiness,
                        ramp_to=ramp_to, count=request_count)
-    run.run_phase("profiling", request_count, pacer)
+    run = _VirtualRun(turns, profile, cache_size, concurrency, policy, streaming, wrap,
+                      phases(warmup_count, request_count, pacer), model)
+    run.run()
     return SimResult(run.records, run.eng, run.t)
 
 
