@@ -175,13 +175,14 @@ def run_ours(path: Path, url: str, out: Path, *, requests: int, concurrency: int
              client: str = "raw", streaming: bool = False, model: str = "m",
              warmup: int = 100) -> dict:
     """One mmdatagen run in this process (the server is another process)."""
-    from mmdatagen.loadgen.run import BenchConfig, run_bench
+    from mmdatagen.loadgen.run import run_bench
+    from mmdatagen.spec.load import BenchTarget, Load
+    from mmdatagen.spec.run import BenchRun
 
-    cfg = BenchConfig(input_file=path, model=model, url=url, concurrency=concurrency,
-                      request_count=requests, warmup_request_count=warmup, streaming=streaming,
-                      output_dir=out, quiet=True, predict=False, http_client=client,
-                      extra_inputs={"max_tokens": 4} if streaming else {})
-    return run_bench(cfg).export
+    load = Load(input_file=path, model=model, concurrency=concurrency, request_count=requests,
+                warmup_request_count=warmup, streaming=streaming, quiet=True, no_predict=True,
+                http_client=client, extra_inputs=("max_tokens:4",) if streaming else ())
+    return run_bench(BenchRun(load, BenchTarget(url=url, output_dir=out))).export
 
 
 def find_aiperf(arg: str | None) -> str | None:

@@ -66,17 +66,27 @@ def _hit_lines(cache: dict) -> list[str]:
     return out
 
 
-def band_lines(band: dict | None) -> list[str]:
-    """The order band: its bounds and width, and whether the measured hits lie inside."""
+def band_lines(band: dict | None, label: str = "order band") -> list[str]:
+    """The order band: its bounds and width, and whether the measured hits lie inside; then
+    the band over any scheduler's order, when the first is a first-come-first-served one."""
     if not band or band.get("low") is None:
         return []
+    fcfs = isinstance(band.get("any_order"), dict)
     if band["width"] == 0:
-        line = f"  order band: exact ({band.get('method')}), width 0"
+        line = f"  {label}: exact ({band.get('method')}), width 0"
     else:
-        line = (f"  order band: {band['low']:,} to {band['high']:,} hits (width "
-                f"{band['width']:,}) over every arrival order the send and first-byte times "
-                f"allow ({band.get('method')})")
-    out = [line]
+        what = ("that first come, first served and the first-token times allow" if fcfs else
+                "the send and first-byte times allow")
+        line = (f"  {label}: {band['low']:,} to {band['high']:,} hits (width "
+                f"{band['width']:,}) over every arrival order {what} ({band.get('method')})")
+    out = [line] + _inside_line(band)
+    if fcfs:
+        out += band_lines(band["any_order"], "band for any scheduler")
+    return out
+
+
+def _inside_line(band: dict) -> list[str]:
+    out = []
     inside = band.get("measured_inside")
     if inside is not None:
         whole = band.get("all_requests") or band

@@ -76,10 +76,19 @@ def image_cache_summary(records: Records, *, predicted: dict | None = None,
 def band_check(band: dict, measured: dict | None, scraped: dict | None) -> dict:
     """The order band with ``measured_inside``: the measured hits against the band of the
     requests they cover (the response headers: the profiling requests; the server's counters
-    of the target's own family: every request), None when nothing measured them."""
+    of the target's own family: every request), None when nothing measured them. The band over
+    any order (``any_order``, beside a first-come-first-served band) is checked the same way."""
+    out = _band_check(band, measured, scraped, band.get("family"))
+    if isinstance(band.get("any_order"), dict):
+        out["any_order"] = _band_check(band["any_order"], measured, scraped, band.get("family"))
+    return out
+
+
+def _band_check(band: dict, measured: dict | None, scraped: dict | None,
+                family: str | None) -> dict:
     if measured is not None:
         value, low, high, what = measured["hits"], band["low"], band["high"], measured["source"]
-    elif scraped is not None and band.get("family") and scraped.get("source") == band["family"]:
+    elif scraped is not None and family and scraped.get("source") == family:
         whole = band.get("all_requests") or band
         value, low, high, what = scraped["hits"], whole["low"], whole["high"], scraped["source"]
     else:

@@ -91,6 +91,6 @@ def fault_lines(block: dict[str, Any] | None) -> list[str]:
     for kind, n in sorted((block.get("known") or {}).items()):
         what = next((w for k, _, _, w in KNOWN_FAULTS if k == kind), "")
         lines.append(f"Known engine bug x{n:,}: {fault_name(kind)} ({kind}): {what}. These "
-                     "requests still count in the cache prediction (the engine looked their "
-                     "items up).")
+                     "requests still count in the cache prediction, up to the item that failed "
+                     "(the engine looked those up).")
     return lines

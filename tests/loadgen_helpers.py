@@ -102,9 +102,30 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def bench_config(path: Path, url: str, out: Path, **kw):
-    from mmdatagen.loadgen.run import BenchConfig
-
+    """A run against ``url`` (the stub's defaults: model ``ok``, quiet, no prediction)."""
     kw.setdefault("model", "ok")
     kw.setdefault("quiet", True)
     kw.setdefault("predict", False)
-    return BenchConfig(input_file=path, url=url, output_dir=out, **kw)
+    return make_run(input_file=path, url=url, output_dir=out, **kw)
+
+
+def make_run(*, predict: bool = True, cache_gb: float | None = None, cache: str | None = None,
+             encoder_budget: int | None = None, url: str | None = None,
+             output_dir: Path = Path("artifacts/bench"), metrics_url: str | None = None,
+             extra_inputs: dict | None = None, headers: dict | None = None,
+             sim_args: list | tuple = (), goodput: dict | None = None, **load):
+    """A ``spec.run.BenchRun`` from the loader's settings by name, as tests give them: the
+    load's fields as keywords, plus values the CLI would take as strings (``extra_inputs`` and
+    ``headers`` dicts, ``goodput`` {tag: ms}), ``predict`` and the cache's and target's."""
+    import orjson
+
+    from mmdatagen.spec.cache import BenchCache
+    from mmdatagen.spec.load import BenchTarget, Load
+    from mmdatagen.spec.run import BenchRun
+
+    spec = Load(no_predict=not predict, sim_args=tuple(sim_args),
+                extra_inputs=(orjson.dumps(extra_inputs).decode(),) if extra_inputs else (),
+                headers=tuple(f"{k}:{v}" for k, v in (headers or {}).items()), **load)
+    return BenchRun(spec, BenchTarget(url=url, metrics_url=metrics_url, output_dir=output_dir),
+                    BenchCache(cache=cache, cache_size=cache_gb, encoder_budget=encoder_budget),
+                    slos=tuple((goodput or {}).items()))

@@ -58,14 +58,15 @@ def stack(target) -> bool:
     return target.front is None and target.eviction == "lru" and target.insert_on_lookup
 
 
-def brute_force(target, w: dict) -> tuple[float, float, float]:
-    """(lowest, highest, send order's) hits over every consistent order of the events."""
+def brute_force(target, w: dict, make=None) -> tuple[float, float, float]:
+    """(lowest, highest, send order's) hits over every consistent order of the events
+    (``make``: the empty cache, default the target's)."""
     items, images = items_of(target, w)
     unit = [max(1, n) if target.entry == "embedding-set" else 1 for n in images]
     ev = _events(w["s"], w["f"], None if stack(target) else w["fin"])
     before = [{i for i in range(len(ev)) if ev[i][1] < ev[j][0]
                or (ev[i][3] == ev[j][3] and ev[i][2] < ev[j][2])} for j in range(len(ev))]
-    make = factory(target, w["capacity"])
+    make = make or factory(target, w["capacity"])
 
     def hits(order: list[int]) -> float:
         cache, total = make(), 0.0
@@ -189,3 +190,124 @@ def test_range_sums_equal_a_naive_count(keys, data):
     got = sums(lo, hi)
     for a, b, g in zip(lo, hi, got):
         assert g == sum(sizes[k] for k in {k for ks in keys[a:b + 1] for k in ks})
+
+
+# -- first come, first served: windows on the first-token axis ----------------------------------
+@st.composite
+def fcfs_runs(draw):
+    """A small first-come-first-served engine: requests arrive (send plus a processing delay
+    that may reorder them), wait in arrival order, and are scheduled with chunked prefill (a
+    token budget per step; running requests first, then waiting ones while budget is left;
+    a request's lookups at the step that schedules it). Its first token leaves at the end of
+    the step that finishes its prefill, and the client sees it a little later (less than the
+    tie). Some requests fail before the engine (a lookup at arrival, the reply right after)."""
+    n = draw(st.integers(1, 7))
+    gaps = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    s = np.cumsum(gaps).astype(np.int64)
+    arrive = s + np.array(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+    need = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    failed = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) \
+        else [False] * n
+    jitter = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    budget, step = draw(st.integers(1, 4)), draw(st.integers(10, 30))
+    events: list[tuple[int, int, int, int]] = []  # (time, rank, kind, request)
+    first = np.full(n, -1, np.int64)
+    end = np.zeros(n, np.int64)
+    order = sorted(range(n), key=lambda i: (arrive[i], i))
+    waiting = [i for i in order if not failed[i]]
+    for i in order:
+        if failed[i]:
+            events.append((int(arrive[i]), 0, 0, i))
+            end[i] = arrive[i] + 1
+    running: list[int] = []
+    left = dict(enumerate(need))
+    t = 0
+    while waiting or running:
+        room, done = budget, []
+        for i in running:
+            take = min(left[i], room)
+            left[i] -= take
+            room -= take
+        while waiting and room > 0 and arrive[waiting[0]] <= t:
+            i = waiting.pop(0)
+            events.append((t, len(events), 0, i))
+            take = min(left[i], room)
+            left[i] -= take
+            room -= take
+            running.append(i)
+        for i in running:
+            if left[i] == 0:
+                done.append(i)
+                events.append((t + step, len(events), 1, i))
+                first[i] = t + step + jitter[i]
+                end[i] = first[i] + 1
+        running = [i for i in running if i not in done]
+        t += step
+    pool = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=pool, max_size=pool))
+    keys = [draw(st.lists(st.integers(0, pool - 1), max_size=3)) for _ in range(n)]
+    return {"s": s, "first": first, "end": end, "truth": sorted(events), "keys": keys,
+            "sizes": sizes, "capacity": draw(st.integers(0, 6)), "fail": failed}
+
+
+def _fcfs(run: dict, later: bool):
+    from mmdatagen.loadgen.band import fcfs_windows
+
+    reply = np.where(run["first"] >= 0, run["first"], run["end"])
+    return fcfs_windows(run["s"], run["first"], reply, reply if later else None, tie_ns=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(run=fcfs_runs())
+def test_fcfs_windows_hold_the_engines_order(run):
+    """The engine's true order of lookups and releases is one the windows allow: no event is
+    forced before one that truly came earlier."""
+    w = _fcfs(run, later=True)
+    lo = {(0, i): w.lo[i] for i in range(len(run["s"]))}
+    hi = {(0, i): w.hi[i] for i in range(len(run["s"]))}
+    for i in range(len(run["s"])):
+        lo[(1, i)], hi[(1, i)] = w.later_lo[i], w.later_hi[i]
+    truth = [(kind, i) for _, _, kind, i in run["truth"]]
+    for a, x in enumerate(truth):
+        for y in truth[a + 1:]:
+            assert not hi[y] < lo[x], (x, y, run)
+
+
+@settings(max_examples=300, deadline=None)
+@given(run=fcfs_runs(), name=st.sampled_from(("vllm-processor", "vllm-encoder",
+                                               "dynamo-embedding")))
+def test_fcfs_band_contains_the_engines_hits(run, name):
+    """The band over the windows holds the hits of the engine's true order."""
+    target = get_target(name)
+    w = {"keys": run["keys"], "sizes": run["sizes"]}
+    items, images = items_of(target, w)
+    make = factory(target, run["capacity"])
+    cache, true_hits = make(), 0
+    for _, _, kind, p in run["truth"]:
+        if kind == 0:
+            true_hits += sum(cache.lookup(p, items[p]))
+        else:
+            cache.finish(p)
+    fw = _fcfs(run, later=not stack(target))
+    pos = np.argsort(fw.lo, kind="stable")
+    pick = [items[p] for p in pos]
+    b = order_band(target, pick, [images[p] for p in pos], run["capacity"], fw.lo[pos],
+                   fw.hi[pos], None if fw.later_hi is None else fw.later_hi[pos],
+                   [np.ones(len(pos))], make, [run["fail"][p] for p in pos],
+                   fin_lo=None if fw.later_lo is None else fw.later_lo[pos])
+    lo, hi = b.bounds[0]
+    assert lo <= true_hits <= hi, (b, true_hits)
+
+
+def test_fcfs_groups_order_what_the_send_times_leave_open():
+    """Eight requests sent at once, first tokens in three engine steps: the send windows
+    allow any order, the first tokens fix the steps' order and leave each step's open."""
+    from mmdatagen.loadgen.band import fcfs_windows
+
+    s = np.zeros(8, np.int64)
+    first = np.array([100, 101, 102, 200, 201, 300, 301, 302], np.int64)
+    w = fcfs_windows(s, first, first, None, tie_ns=5)
+    assert w.lo.tolist() == [100] * 3 + [200] * 2 + [300] * 3
+    assert w.hi.tolist() == [102] * 3 + [201] * 2 + [302] * 3
+    assert not known_order(s, first)
+    assert known_order(w.lo[[0, 3, 5]], w.hi[[0, 3, 5]])  # the steps are ordered

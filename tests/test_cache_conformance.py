@@ -12,11 +12,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loadgen_helpers import make_run
 from sim_helpers import MODEL, fast_profile, running
 
 from mmdatagen.caches import get_target, target_names
 from mmdatagen.io.imageref import ImageIdentifier, entry_size
-from mmdatagen.loadgen.run import BenchConfig, _run_async
+from mmdatagen.loadgen.run import _run_async
 from mmdatagen.vlm import get_model
 
 SIZES = ((64, 48), (96, 96), (200, 120), (640, 480))
@@ -83,10 +84,10 @@ async def _bench(tmp_path, target, capacity, concurrency, front=None):
     prof = fast_profile(max_running=16, token_budget=4096,
                         encoder_budget=front).for_cache(target.name)
     async with running(prof, capacity) as (url, sim, _):
-        cfg = BenchConfig(input_file=tmp_path / "d.jsonl", model=MODEL, url=url,
-                          concurrency=concurrency, streaming=True, output_dir=tmp_path / "o",
-                          quiet=True, extra_inputs={"max_tokens": 3}, cache=target.name,
-                          cache_gb=capacity, encoder_budget=front)
+        cfg = make_run(input_file=tmp_path / "d.jsonl", model=MODEL, url=url,
+                       concurrency=concurrency, streaming=True, output_dir=tmp_path / "o",
+                       quiet=True, extra_inputs={"max_tokens": 3}, cache=target.name,
+                       cache_gb=capacity, encoder_budget=front)
         res = await _run_async(cfg, url)
         return res, sim.engine.cache.counters()
 
@@ -130,10 +131,10 @@ def test_vllm_counter_names_and_client_order_prediction(tmp_path):
     async def go():
         prof = fast_profile().for_cache(target.name)
         async with running(prof, capacity) as (url, sim, sess):
-            cfg = BenchConfig(input_file=tmp_path / "d.jsonl", model=MODEL, url=url,
-                              concurrency=1, streaming=True, output_dir=tmp_path / "o",
-                              quiet=True, extra_inputs={"max_tokens": 3}, cache=target.name,
-                              cache_gb=capacity)
+            cfg = make_run(input_file=tmp_path / "d.jsonl", model=MODEL, url=url,
+                           concurrency=1, streaming=True, output_dir=tmp_path / "o",
+                           quiet=True, extra_inputs={"max_tokens": 3}, cache=target.name,
+                           cache_gb=capacity)
             res = await _run_async(cfg, url)
             async with sess.get(url + "/metrics") as r:
                 text = await r.text()
@@ -177,10 +178,10 @@ def test_mixed_image_video_audio_predicted_equals_measured(tmp_path, name):
     async def go():
         prof = fast_profile(encoder_budget=front).for_cache(name)
         async with running(prof, capacity) as (url, sim, _):
-            cfg = BenchConfig(input_file=data, model=MODEL, url=url, concurrency=4,
-                              streaming=True, output_dir=tmp_path / "o", quiet=True,
-                              extra_inputs={"max_tokens": 3}, cache=name, cache_gb=capacity,
-                              encoder_budget=front)
+            cfg = make_run(input_file=data, model=MODEL, url=url, concurrency=4,
+                           streaming=True, output_dir=tmp_path / "o", quiet=True,
+                           extra_inputs={"max_tokens": 3}, cache=name, cache_gb=capacity,
+                           encoder_budget=front)
             return await _run_async(cfg, url), sim.engine.cache.counters()
     res, counters = asyncio.run(go())
     cache = res.export["image_cache"]

@@ -20,13 +20,13 @@ from pathlib import Path
 import orjson
 import pytest
 from aiohttp import web
-from loadgen_helpers import write_jsonl
+from loadgen_helpers import make_run, write_jsonl
 from PIL import Image
 
 from mmdatagen.caches import get_target, make_cache
 from mmdatagen.console import console_table
 from mmdatagen.io.imageref import entry_size
-from mmdatagen.loadgen.run import BenchConfig, run_bench
+from mmdatagen.loadgen.run import run_bench
 from mmdatagen.metrics import RequestRecord
 from mmdatagen.outcomes import engine_faults, engine_processed
 from mmdatagen.report.html import runs_report
@@ -121,9 +121,9 @@ def dataset(path: Path, rows: int, seed: int) -> Path:
 
 def bench(server: FakeVllm, data: Path, out: Path, concurrency: int, entries: int):
     cache_gb = entries * server.size / (1 << 30)
-    cfg = BenchConfig(input_file=data, url=server.url, model=MODEL, output_dir=out, quiet=True,
-                      concurrency=concurrency, cache="vllm-processor", cache_gb=cache_gb,
-                      cache_explicit=True, metrics_interval=60.0)
+    cfg = make_run(input_file=data, url=server.url, model=MODEL, output_dir=out, quiet=True,
+                   concurrency=concurrency, cache="vllm-processor", cache_gb=cache_gb,
+                   metrics_interval=60.0)
     return run_bench(cfg)
 
 

@@ -6,9 +6,9 @@ import io
 
 import numpy as np
 import pytest
-from loadgen_helpers import write_jsonl
+from loadgen_helpers import make_run, write_jsonl
 
-from mmdatagen.loadgen.run import BenchConfig, run_bench
+from mmdatagen.loadgen.run import run_bench
 
 
 def _dataset(tmp_path, n=40, distinct=8):
@@ -32,7 +32,7 @@ def _cfg(path, out, **kw):
                 extra_inputs={"max_tokens": 5},
                 encoder_budget=70)  # vLLM's encoder cache in front of Dynamo's: one image
     base.update(kw)
-    return BenchConfig(**base)
+    return make_run(**base)
 
 
 def test_embedded_run_predicted_matches_measured(tmp_path):

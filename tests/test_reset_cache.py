@@ -8,7 +8,7 @@ import asyncio
 import orjson
 from sim_helpers import MODEL, fast_profile, png_url, running
 
-from mmdatagen.loadgen.run import BenchConfig, _run_async
+from mmdatagen.loadgen.run import _run_async
 
 
 def _dataset(path):
@@ -19,9 +19,11 @@ def _dataset(path):
 
 
 def _cfg(path, url, out, reset):
-    return BenchConfig(input_file=path, model=MODEL, url=url, concurrency=1, streaming=True,
-                       output_dir=out, quiet=True, extra_inputs={"max_tokens": 2},
-                       cache="dynamo-encode", cache_gb=1.0, reset_cache=reset)
+    from loadgen_helpers import make_run
+
+    return make_run(input_file=path, model=MODEL, url=url, concurrency=1, streaming=True,
+                    output_dir=out, quiet=True, extra_inputs={"max_tokens": 2},
+                    cache="dynamo-encode", cache_gb=1.0, reset_cache=reset)
 
 
 def test_a_reset_run_starts_cold_and_matches_its_prediction(tmp_path):

@@ -36,21 +36,21 @@ def test_every_session_has_exactly_one_worker(n, sessions):
 
 def test_config_is_divided_and_checked():
     from mmdatagen.errors import SpecError
-    from mmdatagen.loadgen.run import BenchConfig
+    from mmdatagen.spec.load import Load
 
-    cfg = BenchConfig(input_file=Path("d.jsonl"), model="m", url="http://127.0.0.1:1",
-                      concurrency=7, request_count=10, request_rate=9.0, ramp_to=18.0,
-                      warmup_request_count=3, seed=5)
-    parts = [shard_config(cfg, Shard(k, 3)) for k in range(3)]
+    load = Load(input_file=Path("d.jsonl"), model="m", concurrency=7, request_count=10,
+                request_rate=9.0, ramp_to=18.0, warmup_request_count=3, seed=5)
+    url = "http://127.0.0.1:1"
+    parts = [shard_config(load, url, Shard(k, 3)) for k in range(3)]
     assert [p.concurrency for p in parts] == [2, 2, 3]
     assert [p.request_count for p in parts] == [3, 3, 4]
     assert [p.warmup_request_count for p in parts] == [1, 1, 1]
     assert {p.request_rate for p in parts} == {3.0} and {p.ramp_to for p in parts} == {6.0}
     assert len({Shard(k, 3).seed(5) for k in range(3)}) == 3 and Shard(0, 1).seed(5) == 5
     with pytest.raises(SpecError, match="concurrency"):
-        shard_config(cfg, Shard(0, 8))
+        shard_config(load, url, Shard(0, 8))
     with pytest.raises(SpecError, match="url"):
-        shard_config(BenchConfig(input_file=Path("d"), model="m", url=None), Shard(0, 2))
+        shard_config(load, None, Shard(0, 2))
     with pytest.raises(SpecError, match="in the past"):
         seconds_to_start(time.time() - 5)
 

@@ -62,7 +62,8 @@ def test_config_from_specs(tmp_path):
                        goodput=("ttft:100",))
     assert cfg.grid == {"concurrency": [1, 2], "max_running": [4]}
     assert cfg.repeats == 3 and cfg.output_dir == Path(tmp_path / "sw") and not cfg.quiet
-    assert cfg.base.quiet and cfg.base.seed == 7 and cfg.base.cache_gb == BASE_CACHE_GB
-    assert cfg.base.goodput == {"time_to_first_token": 100.0}
+    base = cfg.base
+    assert base.load.quiet and base.load.seed == 7 and base.cache.cache_size == BASE_CACHE_GB
+    assert base.slos == (("time_to_first_token", 100.0),)
     assert cfg.expand() == [{"concurrency": 1, "max_running": 4},
                                          {"concurrency": 2, "max_running": 4}]

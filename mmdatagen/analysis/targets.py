@@ -145,7 +145,8 @@ class Replay:
         replay in ``counters``."""
         from ..io.imageref import image_flags
 
-        cache = make_cache(self.target, capacity, **self.front)
+        cache = make_cache(self.target, capacity, front_tokens=self.front["front_tokens"],
+                           bytes_per_token=self.front["bytes_per_token"])
         per_row: list = [None] * self.trace.num_rows
         for e in self.events.tolist():
             if e < 0:

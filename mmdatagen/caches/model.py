@@ -94,12 +94,22 @@ class OrderedCache(CacheModel):
     the request misses too). ``touch_first``: the request's present items are refreshed before
     any of its misses is inserted (vLLM's processor cache), so a request never evicts its own
     cached items. ``oversize``: an entry larger than the capacity is skipped ("bypass") or
-    empties the cache and then fails to insert ("flush")."""
+    empties the cache and then fails to insert ("flush").
+
+    ``stale_fault`` (with ``touch_first``): vLLM 0.32's API server, whose mirror of the cache
+    judges a request's items cached before the walk; when inserting an earlier miss evicted an
+    item judged cached (only a request whose items exceed the capacity can), reaching it fails
+    the request (HTTP 500 "Expected a cached item"): that lookup is a miss, nothing is inserted
+    for it, the walk stops there (the items after it are never looked up: ``lookup`` returns
+    fewer flags) and ``last_fault`` is its index."""
 
     def __init__(self, capacity: int, *, lru: bool = True, insert_on_lookup: bool = True,
-                 touch_first: bool = False, oversize: str = "bypass") -> None:
+                 touch_first: bool = False, oversize: str = "bypass",
+                 stale_fault: bool = False) -> None:
         super().__init__(capacity)
         self.lru, self.insert_on_lookup, self.touch_first = lru, insert_on_lookup, touch_first
+        self.stale_fault = stale_fault and touch_first and lru
+        self.last_fault: int | None = None
         self.flush = oversize == "flush"
         self._data: OrderedDict[Hashable, int] = OrderedDict()
         self._pending: dict[Hashable, list[Item]] = {}
@@ -127,14 +137,21 @@ class OrderedCache(CacheModel):
 
     def lookup(self, rid: Hashable, items: Sequence[Item]) -> list[bool]:
         data = self._data
+        judged: list[bool] | None = None
         if self.touch_first and self.lru:
+            if self.stale_fault:
+                judged = [key in data for key, _ in items]
             for key, _ in items:
                 if key in data:
                     data.move_to_end(key)
+        self.last_fault = None
         flags = []
-        for key, size in items:
+        for n, (key, size) in enumerate(items):
             hit = self._count(key in data)
             flags.append(hit)
+            if not hit and judged is not None and judged[n]:
+                self.last_fault = n  # evicted by this request's own insert: the engine fails
+                break
             if hit:
                 if self.lru:
                     data.move_to_end(key)
@@ -336,10 +353,12 @@ class TieredCache(CacheModel):
 
 
 def make_cache(target: CacheTarget, capacity: int, *, front_tokens: int | None = None,
-               bytes_per_token: int | None = None) -> CacheModel:
+               bytes_per_token: int | None = None, engine_faults: bool = False) -> CacheModel:
     """The cache model of ``target`` with ``capacity`` in its entry unit (bytes or tokens). A
     target with a front tier also needs the front's budget in tokens and the model's entry
-    bytes per token."""
+    bytes per token. ``engine_faults``: the engine's own failures too (the ``stale_fault`` of
+    a target whose ``faults`` name one), as a prediction of a real engine needs; the simulator
+    and the analysis model the engine without its bugs."""
     if target.front is not None:
         if front_tokens is None or bytes_per_token is None:
             raise ValueError(f"cache {target.name} needs the front tier's budget and the "
@@ -349,4 +368,5 @@ def make_cache(target: CacheTarget, capacity: int, *, front_tokens: int | None =
         return FreeableCache(capacity)
     return OrderedCache(capacity, lru=target.eviction == "lru",
                         insert_on_lookup=target.insert_on_lookup,
-                        touch_first=target.touch_request_first, oversize=target.oversize)
+                        touch_first=target.touch_request_first, oversize=target.oversize,
+                        stale_fault=engine_faults and "stale-judged-item" in target.faults)

@@ -47,6 +47,9 @@ class CacheTarget:
     #: a cache asked first (by name: "vllm-encoder"); only its misses reach this cache
     front: str | None = None
     deployment: str = ""
+    #: the engine's own failures the model can reproduce ("stale-judged-item": vLLM 0.32's
+    #: API-server mirror fails a request whose insert evicted an item judged cached)
+    faults: tuple[str, ...] = ()
 
     @property
     def insert_on_lookup(self) -> bool:
@@ -106,4 +109,5 @@ def get_target(name: str) -> CacheTarget:
         raise UserError(f"unknown cache target {name!r}; known: {', '.join(target_names())}")
     fields = {k: v for k, v in entry.items() if not k.startswith("_")}
     fields["sources"] = tuple(fields.get("sources", ()))
+    fields["faults"] = tuple(fields.get("faults", ()))
     return CacheTarget(name=key, **fields)

@@ -14,6 +14,7 @@ from .sweep import goodput_option, report_options, write_report
 
 if TYPE_CHECKING:
     from ..report.html import ReportKind
+    from ..spec.run import BenchRun
 
 
 @click.command()
@@ -24,16 +25,13 @@ def bench(**v: Any) -> None:
     """Benchmark an OpenAI-compatible server with an AIPerf dataset (AIPerf-compatible metrics)."""
     from ..io.atomic import output_lock, reading
     from ..loadgen.run import finish_run, run_bench
-    from ..loadgen.setup import bench_config
+    from ..loadgen.setup import bench_run
 
     load, target = make(Load, v), make(BenchTarget, v)
-    cache = make(BenchCache, v)
-    cfg = bench_config(load, url=target.url, cache_gb=cache.cache_size,
-                       output_dir=target.output_dir, goodput=v["goodput"], cache=cache.cache,
-                       geometry=make(Geometry, v), encoder_budget=cache.encoder_budget,
-                       metrics_url=target.metrics_url, shard=make(LoadShard, v))
-    with reading([cfg.input_file]), output_lock(cfg.output_dir):  # the report is written too
-        result = run_bench(cfg)
+    run = bench_run(load, target, make(BenchCache, v), make(Geometry, v), make(LoadShard, v),
+                    v["goodput"])
+    with reading([load.input_file]), output_lock(target.output_dir):  # the report is written too
+        result = run_bench(run)
         _show(result, load.quiet)
         if not v["no_report"]:
             from ..report.html import runs_report
@@ -64,13 +62,12 @@ def ab(**v: Any) -> None:
 
     load, runs = make(Load, v), make(AbRuns, v)
 
-    def started(tag: str, label: str, cfg: Any) -> None:
-        from ..loadgen.run import simulator_spec
+    def started(tag: str, label: str, run: BenchRun) -> None:
         from ..sim.study import cache_text
 
         if not load.quiet:  # the cache in its target's unit, --sim-arg overrides included
-            click.echo(f"== run {tag.upper()}: {label} (profile {cfg.profile}, cache "
-                       f"{cache_text(simulator_spec(cfg))})", err=True)
+            click.echo(f"== run {tag.upper()}: {label} (profile {run.load.profile}, cache "
+                       f"{cache_text(run.simulator())})", err=True)
 
     def done(tag: str, result: Any) -> None:
         if not load.quiet:

@@ -277,13 +277,15 @@ def front_budget(target, model, given: int | None = None,
                                 max_model_len, mm_embeds=True)
 
 
-def make_target_cache(target, model, capacity: int, front: int | None = None):
+def make_target_cache(target, model, capacity: int, front: int | None = None,
+                      engine_faults: bool = False):
     """``caches.make_cache`` for ``target`` sized for ``model`` (``capacity`` in the entry unit;
-    ``front``: the front tier's budget, None for vLLM's rule)."""
+    ``front``: the front tier's budget, None for vLLM's rule; ``engine_faults``: with the
+    engine's own failures, for a prediction of a real engine)."""
     from ..caches import make_cache
 
     if target.front is None:
-        return make_cache(target, capacity)
+        return make_cache(target, capacity, engine_faults=engine_faults)
     return make_cache(target, capacity, front_tokens=front_budget(target, model, front),
                       bytes_per_token=model.bytes_per_token)
 

@@ -735,13 +735,95 @@ def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]
 
 
 # -- other targets past the search: the coarse bound ------------------------------------------------
-def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None) -> list[Event]:
-    """Lookups (window ``[s, f]``) and the later moments after them (``[s, fin]``), sorted by
-    window low."""
+def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
+            fin_lo: np.ndarray | None = None) -> list[Event]:
+    """Lookups (window ``[s, f]``) and the later moments after them (``[fin_lo, fin]``,
+    ``fin_lo`` defaulting to ``s``), sorted by window low."""
     ev = [(int(s[p]), int(f[p]), 0, p) for p in range(s.size)]
     if fin is not None:
-        ev += [(int(s[p]), int(max(fin[p], f[p])), 1, p) for p in range(s.size)]
+        low = s if fin_lo is None else np.maximum(fin_lo, s)
+        ev += [(int(low[p]), int(max(fin[p], f[p])), 1, p) for p in range(s.size)]
     return sorted(ev, key=lambda e: (e[0], e[2], e[3]))
+
+
+# -- first come, first served: the order a scheduler's first tokens show ------------------------
+TIE_NS = 5_000_000  # first tokens closer than this may come from one engine step: either order
+
+
+@dataclass(frozen=True)
+class FcfsWindows:
+    """Windows on the first-token axis (module ``fcfs_windows``), by request."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    later_lo: np.ndarray | None
+    later_hi: np.ndarray | None
+
+
+def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
+                 later: np.ndarray | None, slack: np.ndarray | None = None,
+                 tie_ns: int = TIE_NS) -> FcfsWindows:
+    """The windows of a first-come-first-served engine, on the axis of first-token times.
+
+    An engine that schedules in arrival order (vLLM's and SGLang's default, Dynamo's workers on
+    vLLM) looks a request's items up in that order, and a request scheduled later never sees
+    its first token earlier (its prefill only gets the tokens left after every earlier one's).
+    So the first tokens the client saw give the order of the lookups, except for requests of
+    one step, whose tokens come out together: first tokens closer than ``tie_ns`` (after each
+    is widened by its clock ``slack``) form one group, within which any order is possible.
+    A request's window is its group's span, so groups are ordered and members of one are not.
+
+    A moment known only in real time, ``[a, b]`` (the lookup of a request without a first
+    token, ``[s, reply_end]``; a later moment, ``[s, later]``), is placed on the same axis: after
+    every group that ended before ``a`` (those lookups were done by their first tokens), and
+    before every group after the group of the earliest request sent after ``b`` (it, and by the
+    order of arrival every later group, looked up after ``b``). ``first``: -1 where a request
+    has no first token."""
+    n = s.size
+    slack = np.zeros(n, np.int64) if slack is None else slack.astype(np.int64)
+    tok = first >= 0
+    lo = np.zeros(n, np.int64)
+    hi = np.zeros(n, np.int64)
+    t_lo, t_hi = (first - slack)[tok], (first + slack)[tok]
+    order = np.argsort(first[tok], kind="stable")
+    groups: list[tuple[int, int]] = []  # (start, end) on the axis, ascending
+    member = np.zeros(order.size, np.int64)
+    for k in order.tolist():
+        if groups and t_lo[k] - groups[-1][1] <= tie_ns:
+            groups[-1] = (groups[-1][0], max(groups[-1][1], int(t_hi[k])))
+        else:
+            groups.append((int(t_lo[k]), int(t_hi[k])))
+        member[k] = len(groups) - 1
+    tok_idx = np.flatnonzero(tok)
+    for k, g in enumerate(member.tolist()):
+        lo[tok_idx[k]], hi[tok_idx[k]] = groups[g]
+    ends = np.array([g[1] for g in groups], np.int64)
+    sent = (s - slack)[tok_idx]
+    by_sent = np.argsort(sent, kind="stable")
+    # per position in send order: the lowest group among the requests sent from there on
+    low_group_after = np.minimum.accumulate(member[by_sent][::-1])[::-1] if member.size else member
+    sent_sorted = sent[by_sent]
+
+    def place(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not groups:  # no first token at all: any order
+            return np.zeros(a.size, np.int64), np.zeros(a.size, np.int64)
+        before = np.searchsorted(ends, a, side="left") - 1  # last group ending before a
+        w_lo = np.where(before >= 0, ends[np.maximum(before, 0)] + 1, groups[0][0] - 1)
+        nxt = np.searchsorted(sent_sorted, b, side="right")  # first request sent after b
+        w_hi = np.where(nxt < sent_sorted.size,
+                        ends[low_group_after[np.minimum(nxt, sent_sorted.size - 1)]],
+                        ends[-1] + 1)
+        return np.minimum(w_lo, w_hi), np.maximum(w_lo, w_hi)
+
+    untok = np.flatnonzero(~tok)
+    if untok.size:
+        a_lo, a_hi = place((s - slack)[untok], (reply_end + slack)[untok])
+        lo[untok], hi[untok] = a_lo, a_hi
+    later_lo = later_hi = None
+    if later is not None:
+        later_lo, later_hi = place(s - slack, later + slack)
+        later_lo, later_hi = np.maximum(later_lo, lo), np.maximum(later_hi, hi)
+    return FcfsWindows(lo, hi, later_lo, later_hi)
 
 
 def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[int],
@@ -775,21 +857,26 @@ def stack_target(target: Any) -> bool:
 def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: list[int],
                capacity: int, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
                weights: Sequence[np.ndarray], factory: Callable[[], Any],
-               fail: Sequence[bool] | None = None, budget: int = SEARCH_BUDGET) -> Band:
+               fail: Sequence[bool] | None = None, budget: int = SEARCH_BUDGET,
+               fin_lo: np.ndarray | None = None) -> Band:
     """The band over every arrival order consistent with the windows ``[s, f]`` (send
     positions, ``s`` ascending), one (low, high) per weight vector (a weight per position).
     ``factory`` makes the target's empty cache; ``fin``: the latest times of a target's later
     moments (entries released or present), ``fail``: positions whose request failed before it
-    (its entries are released, nothing becomes present)."""
+    (its entries are released, nothing becomes present); ``fin_lo``: the later moments' earliest
+    times (default ``s``)."""
     set_entry = target.entry == "embedding-set"
     unit = np.array([max(1, n) if set_entry else 1 for n in images], np.float64)
     gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
     stack = stack_target(target)
-    ev = _events(s, f, None if stack else fin)
+    ev = _events(s, f, None if stack else fin, fin_lo)
     found = exact_search(ev, items, gain, factory, fail or [False] * len(items), budget)
     known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
     if found is not None:
         return Band(found, "known order" if known else "exact search", known)
+    if stack and getattr(factory(), "stale_fault", False) and any(
+            sum(sz for sz in dict(it).values() if sz <= capacity) > capacity for it in items):
+        stack = False  # a request may fail mid-walk (its later items never looked up)
     if stack:
         ids: dict[Hashable, int] = {}
         seq = _Seq([[(ids.setdefault(k, len(ids)), int(sz)) for k, sz in it] for it in items],

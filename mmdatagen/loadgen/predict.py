@@ -21,6 +21,8 @@ The requests counted are those the engine processed (``outcomes.engine_processed
 """
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +44,7 @@ from ..io.imageref import (
 from ..io.readers import Turn
 from ..outcomes import engine_processed
 from ..vlm import VisionModel
-from .band import known_order, order_band
+from .band import TIE_NS, fcfs_windows, known_order, order_band
 
 
 class _MediaError(Exception):
@@ -71,6 +73,8 @@ class ImageTracker:
     undecodable: int = 0
     counters: dict[str, int] = field(default_factory=dict)  # the cache's, after the replay
     timeline: dict | None = None  # the simulator's cache events per X-Request-ID, if fetched
+    real_engine: bool = True  # replays model the engine's own faults (no simulator timeline)
+    server_order: dict[str, int] | None = None  # X-Request-ID -> place in the server's log
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
@@ -153,18 +157,36 @@ class ImageTracker:
                 if later and seqs[1] is not None:
                     out.append((seqs[1], 1, i))
             return sorted(out), "the server's cache timeline (exact)"
-        for i in range(len(self.requests)):
-            r = by_index.get(i)
-            if r is None or not engine_processed(r):
-                continue  # refused before the cache: no lookup
-            out.append((r.start_ns, 0, i))
+        processed = [i for i in range(len(self.requests))
+                     if i in by_index and engine_processed(by_index[i])]
+        logged = self.logged([by_index[i] for i in processed])
+        if logged is not None:
+            for n, i in enumerate(processed):
+                out.append((2 * logged[n], 0, i))
+                if later and self.later_moment(by_index[i]) is not None:
+                    out.append((2 * logged[n] + 1, self.later_kind(by_index[i]), i))
+            return sorted(out), ("the server's log order (exact)" + (
+                ", later moments right after each lookup" if later else ""))
+        key = _fcfs_keys([by_index[i] for i in processed])
+        for n, i in enumerate(processed):
+            r = by_index[i]
+            out.append((r.start_ns if key is None else key[n], 0, i))
             if later:
                 t = self.later_moment(r)
                 if t is not None:
                     out.append((t, self.later_kind(r), i))
-        how = "request start order" + (", later moments at first token / end of response"
-                                       if later else "")
+        how = ("request start order" if key is None else
+               "first-token order (the engine serves first come, first served)")
+        how += ", later moments at first token / end of response" if later else ""
         return sorted(out), how
+
+    def logged(self, records: list) -> list[int] | None:
+        """Each record's place in the server's log (``server_order``), or None when there is
+        no log or it misses one of them (the first-token order answers then)."""
+        if not self.server_order:
+            return None
+        places = [self.server_order.get(r.x_request_id) for r in records]
+        return None if any(p is None for p in places) else places  # type: ignore[return-value]
 
     def later_moment(self, r: Any) -> int | None:
         """When the client saw ``r`` pass the target's later moment: its first token (the end
@@ -178,11 +200,17 @@ class ImageTracker:
         an empty reply): its entries are released, nothing becomes present for it."""
         return 1 if r.error is None or r.first_token_ns is not None else 2
 
+    def new_cache(self, capacity: int) -> Any:
+        """The target's empty cache. Against a real engine (no simulator timeline) it fails
+        where the engine's own bugs do (``caches.model``'s ``stale_fault``: vLLM's
+        processor-cache mirror), so a failed request counts the lookups the engine made."""
+        return make_target_cache(self.target, self.model, capacity, self.front,
+                                 engine_faults=self.real_engine)
+
     def replay(self, events: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
         """Predicted hits and lookups per request, replaying ``events`` through the target's
         cache (a two-tier target's lookups are its own: a front-tier hit never reaches it)."""
-        cache = make_target_cache(self.target, self.model, self.target.capacity(self.capacity),
-                                  self.front)
+        cache = self.new_cache(self.target.capacity(self.capacity))
         hits = np.zeros(len(self.requests), np.int64)
         looked = np.zeros(len(self.requests), np.int64)
         for _, kind, i in events:
@@ -203,6 +231,7 @@ class ImageTracker:
         the server's; merge-runs' workers)."""
         if not self.requests:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
+        self.real_engine = timeline is None
         events, how = self.events(records, timeline)
         per_req, refs = self.replay(events)
         looked = np.zeros(len(self.requests), bool)
@@ -222,27 +251,96 @@ class ImageTracker:
              exact: tuple[int, int], slack_ns: np.ndarray | None) -> dict:
         """The order band over the requests the engine processed (``band.order_band``): for
         the profiling requests (the prediction's hits) and for every request (what the server's
-        counters cover)."""
+        counters cover). Two: over the orders a first-come-first-served engine allows given the
+        first tokens (``band.fcfs_windows``; the band reported), and over every order the send
+        and first-byte times allow, whatever the scheduler (``any_order``)."""
         by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
         slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
         idx = sorted(np.flatnonzero(looked).tolist(),
                      key=lambda i: (by_index[i].start_ns - slack[i], i))
-        s = np.array([by_index[i].start_ns - slack[i] for i in idx], np.int64)
-        f = np.array([_first_byte(by_index[i]) + slack[i] for i in idx], np.int64)
+        recs = [by_index[i] for i in idx]
+        sl = slack[idx].astype(np.int64)
+        start = np.array([r.start_ns for r in recs], np.int64)
+        reply = np.array([_first_byte(r) for r in recs], np.int64)
         later = self.target.releases or not self.target.insert_on_lookup
-        fin = np.array([(self.later_moment(by_index[i]) or _first_byte(by_index[i])) + slack[i]
-                        for i in idx], np.int64) if later else None
+        fin = np.array([self.later_moment(r) or _first_byte(r) for r in recs],
+                       np.int64) if later else None
         weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
-        if known_order(s, f if fin is None else np.maximum(f, fin)):
+        fail = [self.later_kind(r) == 2 for r in recs]
+        logged = self.logged(recs)
+        if logged is not None:
+            return self.logged_band(idx, np.array(logged, np.int64), start, fin, weights,
+                                    fail, exact)
+        s, f = start - sl, reply + sl
+        if known_order(s, f if fin is None else np.maximum(f, fin + sl)):
             return _known_band(exact, "known (no two requests' windows overlap)")
+        any_order = self._band(idx, s, f, None if fin is None else fin + sl, None, weights,
+                               fail)
+        first = np.array([-1 if r.first_token_ns is None else r.first_token_ns for r in recs],
+                         np.int64)
+        if not (first >= 0).any():
+            return any_order
+        w = fcfs_windows(start, first, reply, fin, sl)
+        pos = np.argsort(w.lo, kind="stable")
+        fcfs = self._band([idx[p] for p in pos], w.lo[pos], w.hi[pos],
+                          None if w.later_hi is None else w.later_hi[pos],
+                          None if w.later_lo is None else w.later_lo[pos],
+                          [wt[pos] for wt in weights], [fail[p] for p in pos])
+        fcfs["order"] = (f"first come, first served: lookups in first-token order, first tokens "
+                         f"within {TIE_NS / 1e6:g} ms of each other in either order")
+        any_order["order"] = "any: every order the send and first-byte times allow"
+        return {**fcfs, "any_order": any_order}
+
+    def logged_band(self, idx: list[int], place: np.ndarray, start: np.ndarray,
+                    fin: np.ndarray | None, weights: list[np.ndarray], fail: list[bool],
+                    exact: tuple[int, int]) -> dict:
+        """The band when the server's log gives the lookup order: width 0 unless a target's
+        later moments (releases, completions) are open: each after its own lookup and before
+        the lookup of the first request, in the log, sent after the client saw the moment."""
+        if fin is None:
+            return _known_band(exact, "the server's log order")
+        pos = np.argsort(place, kind="stable")
+        place, start, fin = place[pos], start[pos], fin[pos]
+        by_send = np.argsort(start, kind="stable")
+        low_after = np.minimum.accumulate(place[by_send][::-1])[::-1]
+        nxt = np.searchsorted(start[by_send], fin, side="right")
+        top = 2 * int(place.max()) + 3
+        hi = np.where(nxt < place.size, 2 * low_after[np.minimum(nxt, place.size - 1)] - 1, top)
+        out = self._band([idx[p] for p in pos], 2 * place, 2 * place, np.maximum(hi, 2 * place + 1),
+                         2 * place + 1, [w[pos] for w in weights], [fail[p] for p in pos])
+        out["order"] = "the server's log order; later moments between it and the send times"
+        return out
+
+    def _band(self, idx: list[int], s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
+              fin_lo: np.ndarray | None, weights: list[np.ndarray], fail: list[bool]) -> dict:
         capacity = self.target.capacity(self.capacity)
         res = order_band(self.target, [self.requests[i].items for i in idx],
                          [self.requests[i].images for i in idx], capacity, s, f, fin, weights,
-                         lambda: make_target_cache(self.target, self.model, capacity, self.front),
-                         [self.later_kind(by_index[i]) == 2 for i in idx])
+                         lambda: self.new_cache(capacity),
+                         fail, fin_lo=fin_lo)
         (low, high), (low_all, high_all) = res.bounds
         return {"low": low, "high": high, "width": high - low, "method": res.method,
                 "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
+
+
+def _fcfs_keys(records: list) -> list[int] | None:
+    """Where each processed request's lookups go in a first-come-first-served engine's order
+    (``band.fcfs_windows``): its first token; a request without one (an engine fault, an empty
+    reply) just after the latest-sent request with one sent before it. None when no request
+    streamed a first token (the order is then the send order)."""
+    tokened = sorted((r.start_ns, r.first_token_ns) for r in records
+                     if r.first_token_ns is not None)
+    if not tokened:
+        return None
+    sent = [t for t, _ in tokened]
+    keys = []
+    for r in records:
+        if r.first_token_ns is not None:
+            keys.append(r.first_token_ns)
+            continue
+        k = bisect.bisect_left(sent, r.start_ns) - 1
+        keys.append(tokened[k][1] if k >= 0 else min(t for _, t in tokened) - 1)
+    return keys
 
 
 def _first_byte(r: Any) -> int:
@@ -265,7 +363,7 @@ def _family(target: CacheTarget) -> str | None:
     return FAMILY_OF.get((target.metrics or {}).get("hits", ""))
 
 
-def prediction_setup(cfg: Any, encoder: Any, embedded: Any = None
+def prediction_setup(run: Any, encoder: Any, embedded: Any = None
                      ) -> tuple[ImageTracker | None, str | None]:
     """The tracker for a bench run, or why there is none. ``embedded``: the embedded
     simulator's settings (``spec.sim.Simulator``), whose cache is its profile's running the
@@ -276,26 +374,26 @@ def prediction_setup(cfg: Any, encoder: Any, embedded: Any = None
     from ..caches import get_target
     from ..vlm import resolve_model
 
-    if not cfg.predict:
+    if run.load.no_predict:
         return None, "prediction off (--no-predict)"
-    geometry = cfg.geometry or {}
-    batched, front = DEFAULT_BATCHED_TOKENS, cfg.encoder_budget
+    geometry, model_path = run.geometry.values(), run.geometry.model_path
+    batched, front = DEFAULT_BATCHED_TOKENS, run.cache.encoder_budget
     try:
         if embedded:  # the simulator's own profile, its --sim-arg overrides included
             from ..sim.study import load_engine_profile
 
             prof = load_engine_profile(embedded.engine, embedded.cache)
             target = prof.cache_target()
-            model = resolve_model(prof.model, cfg.model_path, **geometry)
+            model = resolve_model(prof.model, model_path, **geometry)
             batched, front = prof.token_budget, prof.encoder_budget
         else:
-            target = get_target(cfg.cache)
-            model = resolve_model(cfg.model, cfg.model_path, **geometry)
+            target = get_target(run.cache_name)
+            model = resolve_model(run.load.model, model_path, **geometry)
     except UserError as exc:
         note = f"no cache prediction: {exc}"
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
-    capacity = target.resolve(cfg.cache_gb)
+    capacity = target.resolve(run.cache.cache_size)
     front = front_budget(target, model, front, batched)
     return ImageTracker(model, target, capacity, encoder, front), None
 
@@ -358,6 +456,54 @@ def cache_item_lines(tracker: ImageTracker, records: list) -> Iterator[bytes]:
                             "images": req.images,
                             "items": [[item_key(k), s] for k, s in req.items],
                             "seqs": (tracker.timeline or {}).get(xid.get(i))}) + b"\n"
+
+
+REQUEST_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+LOG_CHUNK = 8 << 20
+
+
+def scan_server_log(path: Any, expected: set[str]) -> dict[str, int]:
+    """The order in which a server's log first names each of ``expected`` (X-Request-IDs,
+    uuid4 strings): vLLM with ``--enable-log-requests`` logs "Received request
+    chatcmpl-<X-Request-ID>" once it has processed a request's inputs, i.e. in the order its
+    caches saw them. Read in chunks (a long server's log is large); ids of other runs are
+    ignored."""
+    order: dict[str, int] = {}
+    keep = 40  # an id cut by a chunk boundary is found in the next chunk
+    with open(path, "rb") as fh:
+        tail = b""
+        while True:
+            chunk = fh.read(LOG_CHUNK)
+            if not chunk:
+                break
+            buf = tail + chunk
+            for m in REQUEST_ID.finditer(buf):
+                xid = m.group().decode()
+                if xid in expected and xid not in order:
+                    order[xid] = len(order)
+            tail = buf[-keep:]
+    return order
+
+
+async def read_server_order(path: Any, expected: set[str], timeout: float = 5.0
+                            ) -> tuple[dict[str, int] | None, str | None]:
+    """``scan_server_log``, waiting briefly until every expected request is in the log (a
+    server writes its log lines asynchronously); (order, None), or (None, why not)."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            order = scan_server_log(path, expected)
+        except OSError as exc:
+            return None, f"server log {path} unreadable ({exc.strerror or exc})"
+        if expected <= order.keys():
+            return order, None
+        if asyncio.get_running_loop().time() > deadline:
+            return None, (f"the server log names {len(order):,} of the {len(expected):,} "
+                          "requests (run the server with request logging, e.g. vLLM's "
+                          "--enable-log-requests): first-token order used")
+        await asyncio.sleep(0.1)
 
 
 async def fetch_timeline(url: str, expected: set[str], timeout: float = 5.0) -> dict | None:

@@ -20,7 +20,7 @@ from ..metrics import EXPORT_NAME
 from .shard import file_digest
 
 if TYPE_CHECKING:
-    from .run import BenchConfig
+    from ..spec.run import BenchRun
 
 ORIGIN_NAME = "sweep.origin.json"
 ORIGIN_VERSION = 1
@@ -29,13 +29,13 @@ ORIGIN_VERSION = 1
 NOT_COMPARED = ("input_file", "output_dir", "quiet", "goodput")
 
 
-def sweep_origin(base: BenchConfig, virtual: bool) -> dict[str, Any]:
-    """The origin record of a sweep (its runs' base config, virtual time or not), as JSON
+def sweep_origin(base: BenchRun, virtual: bool) -> dict[str, Any]:
+    """The origin record of a sweep (its runs' base settings, virtual time or not), as JSON
     would give it back."""
     settings = {k: v for k, v in base.public().items() if k not in NOT_COMPARED}
-    target = "virtual" if virtual else (base.url or "embedded")
+    target = "virtual" if virtual else (base.target.url or "embedded")
     doc = {"mmdatagen_sweep_origin": ORIGIN_VERSION,
-           "dataset_blake3": file_digest(base.input_file), "target": target,
+           "dataset_blake3": file_digest(base.load.input_file), "target": target,
            "settings": settings}
     return orjson.loads(orjson.dumps(doc))
 
@@ -45,7 +45,7 @@ class Origin:
     refused without ``--force``), then the list of runs finished under it, so a run resumes
     only when it was made by this very sweep (never a leftover of one ``--force`` replaced)."""
 
-    def __init__(self, base: BenchConfig, virtual: bool, force: bool, out: Path) -> None:
+    def __init__(self, base: BenchRun, virtual: bool, force: bool, out: Path) -> None:
         self.path = out / ORIGIN_NAME
         self.want = sweep_origin(base, virtual)
         have = _read(self.path)

@@ -38,8 +38,8 @@ from .goodput import LARGER_IS_BETTER
 
 if TYPE_CHECKING:
     from ..exportmodel import GridValue, SweepDoc, SweepPoint
+    from ..spec.run import BenchRun
     from ..spec.sweep import SweepSearch
-    from .run import BenchConfig
 
 SEARCH_CSV = "search.csv"
 RATE_LIMIT = 1e6  # requests/s: the doubling stops here (the rate options' maximum)
@@ -174,16 +174,16 @@ def evaluate(point: SweepPoint, rate: float, slos: dict[str, float], target: flo
     return Probe(rate, [run_attainment(r) for r in runs], target, slos, metrics, point["name"])
 
 
-def check_search(s: SweepSearch, base: BenchConfig, grid: dict[str, list[GridValue]]) -> None:
+def check_search(s: SweepSearch, base: BenchRun, grid: dict[str, list[GridValue]]) -> None:
     """What a rate search needs from the sweep's settings."""
-    if not base.goodput:
+    if not base.slos:
         raise SpecError("search", "needs `goodput`: the SLOs a rate must meet")
     if "request_rate" in grid:
         raise SpecError("search", "sets the request rate itself: give no `request_rate`")
     many = next((axis for axis, values in grid.items() if len(values) > 1), None)
     if many is not None:
         raise SpecError("search", f"probes one point per rate: give one value of {many}")
-    if base.ramp_to is not None:
+    if base.load.ramp_to is not None:
         raise SpecError("search", "varies the rate itself: it takes no `ramp_to`")
     if s.search_max is not None and s.search_max <= s.search_min:
         raise SpecError("search_max", "must be above `search_min`")

@@ -50,27 +50,28 @@ class Shard:
         return int(np.random.SeedSequence([seed, self.index, self.count]).generate_state(1)[0])
 
 
-def shard_config(cfg: Any, shard: Shard) -> Any:
-    """Worker ``shard``'s part of a ``BenchConfig``: counts, concurrency and rate divided."""
+def shard_config(load: Any, url: str | None, shard: Shard) -> Any:
+    """Worker ``shard``'s part of a run's ``spec.load.Load``: counts, concurrency and rate
+    divided."""
     if not shard.sharded:
-        return cfg
-    if cfg.url is None:
+        return load
+    if url is None:
         raise SpecError("num_shards", "needs url: the workers share one server (run 'mmdatagen "
                                       "serve' for the simulator)")
-    if cfg.fixed_schedule:
+    if load.fixed_schedule:
         raise SpecError("num_shards", "does not combine with fixed_schedule")
-    conc = shard.share(cfg.concurrency if cfg.concurrency is not None
-                       else (None if cfg.request_rate else 1))
+    conc = shard.share(load.concurrency if load.concurrency is not None
+                       else (None if load.request_rate else 1))
     if conc is not None and conc < 1:
         raise SpecError("concurrency", f"must be at least num_shards ({shard.count}): every "
                                        "worker needs a slot")
-    count = shard.share(cfg.request_count)
+    count = shard.share(load.request_count)
     if count is not None and count < 1:
         raise SpecError("request_count", f"must be at least num_shards ({shard.count})")
-    rate = None if cfg.request_rate is None else cfg.request_rate / shard.count
-    ramp = None if cfg.ramp_to is None else cfg.ramp_to / shard.count
-    return replace(cfg, concurrency=conc, request_count=count, request_rate=rate, ramp_to=ramp,
-                   warmup_request_count=shard.share(cfg.warmup_request_count) or 0)
+    rate = None if load.request_rate is None else load.request_rate / shard.count
+    ramp = None if load.ramp_to is None else load.ramp_to / shard.count
+    return replace(load, concurrency=conc, request_count=count, request_rate=rate, ramp_to=ramp,
+                   warmup_request_count=shard.share(load.warmup_request_count) or 0)
 
 
 MAX_AHEAD_S = 7 * 86400.0

@@ -37,9 +37,10 @@ from ..errors import RunFailed, SpecError, UserError
 from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
 from ..spec.load import Load
+from ..spec.run import BenchRun
 from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
-from ..spec.values import list_items
-from .run import BenchConfig, failed_run
+from ..spec.values import list_items, parse_extra_inputs
+from .run import failed_run
 from .stats import summarize
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def _text(v: GridValue) -> str:
 
 @dataclass
 class SweepConfig:
-    base: BenchConfig
+    base: BenchRun  # every run's specs but the grid's, the seed and the folder
     grid: dict[str, list[GridValue]]
     repeats: int = 1
     output_dir: Path = Path("artifacts/sweep")
@@ -181,20 +182,23 @@ class SweepConfig:
     def target(self) -> str:
         if self.virtual:
             return "simulator in virtual time (fresh engine per run: cold cache)"
-        if self.base.url:
-            return f"{self.base.url} (server as it is: its cache is not reset between runs)"
+        if self.base.target.url:
+            return f"{self.base.target.url} (server as it is: its cache is not reset between runs)"
         return "embedded simulator (fresh server per run: cold cache)"
 
 
 def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int, *,
                  goodput: tuple[str, ...] = (), report: bool = True, png: bool = False,
                  search: SweepSearch | None = None) -> SweepConfig:
-    """The specs resolved: every run's base config (runs are quiet) and the grid."""
-    from .setup import bench_config
+    """The specs resolved: every run's base (runs are quiet) and the grid."""
+    from ..spec.cache import BenchCache
+    from ..spec.load import BenchTarget
+    from .setup import bench_run
 
-    base = bench_config(load, url=target.url, cache_gb=BASE_CACHE_GB,
-                        output_dir=Path(target.output_dir), goodput=goodput)
-    return SweepConfig(base=replace(base, quiet=True), grid=sweep_grid(grid), repeats=repeats,
+    base = bench_run(load, BenchTarget(url=target.url, output_dir=Path(target.output_dir)),
+                     BenchCache(cache_size=BASE_CACHE_GB), goodput=goodput)
+    base = replace(base, load=replace(base.load, quiet=True))
+    return SweepConfig(base=base, grid=sweep_grid(grid), repeats=repeats,
                        output_dir=Path(target.output_dir), virtual=target.virtual,
                        report=report, png=png, quiet=load.quiet, force=target.force,
                        search=search if search is not None and search.search else None)
@@ -203,17 +207,18 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
 def _validate(cfg: SweepConfig) -> None:
     if cfg.repeats < 1:
         raise SpecError("repeats", "must be at least 1")
-    if not Path(cfg.base.input_file).is_file():
-        raise UserError(f"input file not found: {cfg.base.input_file}")
+    load, url = cfg.base.load, cfg.base.target.url
+    if not Path(load.input_file).is_file():
+        raise UserError(f"input file not found: {load.input_file}")
     sim_fields = [k for k in cfg.grid if k not in BENCH_PARAMS]
-    if cfg.base.url and (sim_fields or "cache_gb" in cfg.grid):
+    if url and (sim_fields or "cache_gb" in cfg.grid):
         raise SpecError("url", "is your server: sweep `cache_size` and `grid_sim_params` only "
                         "on the simulator (no `url`)")
-    if cfg.virtual and cfg.base.url:
+    if cfg.virtual and url:
         raise SpecError("virtual", "runs the simulator's model; it takes no `url`")
-    if cfg.virtual and cfg.base.fixed_schedule:
+    if cfg.virtual and load.fixed_schedule:
         raise SpecError("virtual", "does not model `fixed_schedule`")
-    check_sim_params(cfg.base.profile, cfg.grid)
+    check_sim_params(load.profile, cfg.grid)
     if cfg.search is not None:
         from .search import check_search
 
@@ -225,9 +230,9 @@ def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
     from ..sim.profile import load_profile
 
     over = profile_overrides(params)
-    prof = load_profile(cfg.base.profile)
+    prof = load_profile(cfg.base.load.profile)
     if not over:
-        return prof, cfg.base.profile
+        return prof, cfg.base.load.profile
     from dataclasses import asdict
 
     import yaml
@@ -246,15 +251,17 @@ def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
     return derived, str(path)
 
 
-def _run_config(cfg: SweepConfig, params: Params, repeat: int, run_dir: Path,
-                profile_ref: str) -> BenchConfig:
-    b = cfg.base
-    c, rate, gb = (params.get(k) for k in BENCH_PARAMS)  # numbers, as SweepGrid parsed them
-    return replace(b, concurrency=c if isinstance(c, int) else b.concurrency,
-                   request_rate=rate if isinstance(rate, (int, float)) else b.request_rate,
-                   cache_gb=gb if isinstance(gb, (int, float)) else b.cache_gb,
-                   seed=b.seed + repeat,
-                   output_dir=run_dir, profile=profile_ref, quiet=True)
+def point_run(base: BenchRun, params: Params, repeat: int, run_dir: Path, profile_ref: str
+              ) -> BenchRun:
+    """One run of a point: the base with the point's values, the repeat's seed, its folder."""
+    ld = base.load
+    c, rate, size = (params.get(k) for k in BENCH_PARAMS)  # numbers, as SweepGrid parsed them
+    load = replace(ld, concurrency=c if isinstance(c, int) else ld.concurrency,
+                   request_rate=rate if isinstance(rate, (int, float)) else ld.request_rate,
+                   seed=ld.seed + repeat, profile=profile_ref, quiet=True)
+    cache = base.cache if not isinstance(size, (int, float)) else \
+        replace(base.cache, cache_size=size)
+    return replace(base, load=load, cache=cache, target=replace(base.target, output_dir=run_dir))
 
 
 def _load_done(run_dir: Path) -> Export | None:
@@ -278,34 +285,35 @@ def _capacity(prof: Profile, cache_gb: float | None) -> float:
     return prof.cache_target().resolve(cache_gb)
 
 
-def run_virtual(bc: BenchConfig, prof: Profile, predicted: dict[str, Any] | None) -> Export:
+def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) -> Export:
     """One run in virtual time: the simulator's engine, exports written like ``bench``'s."""
     from ..export import build_export, write_exports
     from ..report.aggregate import run_aggregates
     from ..sim.virtual import OutputPolicy, run_simulation
     from .goodput import export_goodput
 
-    extra = bc.extra_inputs
+    ld = run.load
+    extra = parse_extra_inputs(ld.extra_inputs)
     mx = extra.get("max_completion_tokens") or extra.get("max_tokens")
     policy = OutputPolicy(int(mx) if mx else None, int(extra.get("min_tokens") or 0),
                           bool(extra.get("ignore_eos", False)))
-    concurrency = bc.concurrency or (1024 if bc.request_rate else 1)
-    res = run_simulation(Path(bc.input_file), prof, _capacity(prof, bc.cache_gb), concurrency,
-                         bc.request_count, bc.warmup_request_count, policy, bc.streaming,
-                         bc.request_rate, bc.arrival, bc.seed, burstiness=bc.burstiness,
-                         ramp_to=bc.ramp_to)
+    concurrency = ld.concurrency or (1024 if ld.request_rate else 1)
+    res = run_simulation(Path(ld.input_file), prof, _capacity(prof, run.cache.cache_size),
+                         concurrency, ld.request_count, ld.warmup_request_count, policy,
+                         ld.streaming, ld.request_rate, ld.arrival, ld.seed,
+                         burstiness=ld.burstiness, ramp_to=ld.ramp_to)
     assert res.engine is not None, "run_simulation returns its engine"
-    config = bc.public()
+    config = run.public()
     config["mode"] = "virtual"
     export = build_export(res.records, input_config=config,
                           run_info={"simulated": True, "clock": "virtual",
                                     "note": "mmdatagen simulator: a performance model",
                                     "embedding_cache": res.engine.cache.counters()},
                           predicted=predicted)
-    if bc.goodput:
-        export.update(export_goodput(res.records, export, bc.goodput))
+    if run.slos:
+        export.update(export_goodput(res.records, export, dict(run.slos)))
     export.update(run_aggregates(res.records))
-    write_exports(Path(bc.output_dir), res.records, export)
+    write_exports(Path(run.target.output_dir), res.records, export)
     return export
 
 
@@ -390,7 +398,7 @@ def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
 
     _validate(cfg)
     out = Path(cfg.output_dir)
-    with reading([cfg.base.input_file]), output_lock(out):  # one sweep per folder
+    with reading([cfg.base.load.input_file]), output_lock(out):  # one sweep per folder
         check_not_input(sweep_outputs(cfg))
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -426,7 +434,7 @@ def _sweep(cfg: SweepConfig, out: Path, log: Log | None, origin: Origin) -> Swee
     if cfg.search is not None:
         from .search import run_search
 
-        points, grid, search = run_search(cfg.search, dict(cfg.base.goodput), cfg.grid,
+        points, grid, search = run_search(cfg.search, dict(cfg.base.slos), cfg.grid,
                                           runner.point, runner.log)
         doc = sweep_document(cfg, points)
         doc["grid"], doc["search"] = grid, search
@@ -452,7 +460,7 @@ class _Runner:
         self.origin = origin  # which of the folder's runs this very sweep made
         self.total = len(cfg.expand()) * cfg.repeats if cfg.search is None else 0  # 0: unknown
         self.done = 0
-        self.predictions = _Predictions(Path(cfg.base.input_file))
+        self.predictions = _Predictions(Path(cfg.base.load.input_file))
         self.representatives: dict[str, Export] = {}  # point -> its first repeat's export
         self.metrics_noted = False  # "server metrics not collected" is said once per sweep
         self.failed: list[str] = []  # runs whose every request failed
@@ -471,13 +479,13 @@ class _Runner:
         """Repeat ``r`` of a point: its export read back when complete, else run."""
         self.done += 1
         run_dir = self.out / name / f"r{r}"
-        bc = _run_config(self.cfg, params, r - 1, run_dir, prof_ref)
+        run = point_run(self.cfg.base, params, r - 1, run_dir, prof_ref)
         tag = f"[{self.done}{f'/{self.total}' if self.total else ''}] {name} repeat {r}"
         export = self._resume(run_dir, tag)
         resumed = export is not None
         if export is None:
             self.log(f"{tag}: running")
-            export = self._run(bc, prof, f"{name} repeat {r}")
+            export = self._run(run, prof, f"{name} repeat {r}")
             self.origin.done(f"{name}/r{r}")
         self._note_metrics(export)
         problem = failed_run(export)
@@ -485,7 +493,7 @@ class _Runner:
             self.failed.append(f"{name} repeat {r}: {problem}")
         if r == 1:
             self.representatives[name] = export
-        return {"repeat": r, "dir": str(run_dir), "resumed": resumed, "seed": bc.seed,
+        return {"repeat": r, "dir": str(run_dir), "resumed": resumed, "seed": run.load.seed,
                 **row_of(export)}
 
     def _resume(self, run_dir: Path, tag: str) -> Export | None:
@@ -495,7 +503,7 @@ class _Runner:
         if export is None:
             return None
         self.log(f"{tag}: export exists, not run again")
-        slos = self.cfg.base.goodput
+        slos = dict(self.cfg.base.slos)
         if slos and (export.get("goodput") or {}).get("slos") != slos:
             from .goodput import goodput_from_records_file
 
@@ -504,16 +512,17 @@ class _Runner:
                 export.update(gp)
         return export
 
-    def _run(self, bc: BenchConfig, prof: Profile, what: str) -> Export:
+    def _run(self, run: BenchRun, prof: Profile, what: str) -> Export:
         if self.cfg.virtual:
-            predicted = self.predictions.get(prof, bc.cache_gb) if bc.predict else None
-            return run_virtual(bc, prof, predicted)
+            predicted = None if run.load.no_predict else \
+                self.predictions.get(prof, run.cache.cache_size)
+            return run_virtual(run, prof, predicted)
         from .run import finish_run, run_bench
 
-        result = run_bench(bc)
+        result = run_bench(run)
         if result.stopped_by is not None:
-            self.log(f"{what} stopped; partial exports in {bc.output_dir} (run the sweep again "
-                     "to resume)")
+            self.log(f"{what} stopped; partial exports in {run.target.output_dir} (run the "
+                     "sweep again to resume)")
             finish_run(result, what)  # exit 143 / 130, as every command
         return result.export
 
@@ -526,9 +535,9 @@ class _Runner:
 
 def sweep_document(cfg: SweepConfig, points: list[SweepPoint]) -> SweepDoc:
     """``sweep.json``: the setting, then every point with its runs and summaries."""
-    return {"mmdatagen_version": __version__, "dataset": str(cfg.base.input_file),
+    return {"mmdatagen_version": __version__, "dataset": str(cfg.base.load.input_file),
             "target": cfg.target(), "grid": cfg.grid, "repeats": cfg.repeats,
-            "goodput_slos": cfg.base.goodput or None,
+            "goodput_slos": dict(cfg.base.slos) or None,
             "statistics": "mean over repeats; 95 % confidence interval of the mean with "
                           "Student's t (n-1 degrees of freedom); std is the sample standard "
                           "deviation",

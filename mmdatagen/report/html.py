@@ -245,15 +245,28 @@ def _band_table(runs: F.Runs) -> str:
         rows.append(f"<tr><td>{escape(label)}</td>" + cell(band["low"], "band.low")
                     + cell(band["high"], "band.high") + cell(band["width"], "band.width")
                     + cell(band.get("measured"), "band.measured")
-                    + f"<td>{escape(where)}</td><td>{escape(str(band.get('method')))}</td></tr>")
+                    + f"<td>{escape(where)}</td><td>{escape(str(band.get('method')))}</td>"
+                    + f"<td>{escape(_any_order(band.get('any_order')))}</td></tr>")
     if not rows:
         return ""
-    head = ["Run", "Band low", "Band high", "Width", "Measured hits", "Measured", "Method"]
+    head = ["Run", "Band low", "Band high", "Width", "Measured hits", "Measured", "Method",
+            "Any scheduler"]
     note = ("The band: the lowest and highest predicted hits over every order in which the "
-            "server may have seen the requests, given their send and first-byte times (width 0: "
-            "the order is known and the prediction is exact). A server counter covers every "
+            "server may have seen the requests (width 0: the order is known and the prediction "
+            "is exact). Against a real engine the band assumes first come, first served (vLLM's, "
+            "SGLang's and Dynamo's default): lookups follow the first tokens' order, and first "
+            "tokens of one engine step may come in either order. 'Any scheduler' is the band over "
+            "every order the send and first-byte times allow. A server counter covers every "
             "request, warmup included, and is compared with the band over all of them.")
     return table(head, rows) + f'<p class="note">{escape(note)}</p>'
+
+
+def _any_order(band: dict | None) -> str:
+    if not isinstance(band, dict):
+        return "-"
+    inside = band.get("measured_inside")
+    where = "" if inside is None else ", measured inside" if inside else ", measured OUTSIDE"
+    return f"{band['low']:,} to {band['high']:,} (width {band['width']:,}{where})"
 
 
 def _faults_section(runs: F.Runs) -> str:
