@@ -180,7 +180,21 @@ def _json_each(col: np.ndarray) -> tuple[list[bytes], bytes]:
     """Each value's JSON as orjson writes it, and the template slot that takes it. One
     ``orjson.dumps`` of the whole column, split where no value can hold the separator: a
     comma between numbers, booleans and nulls; ``","`` between strings (inside a string a
-    quote is always escaped), whose quotes stay in the slot."""
+    quote is always escaped), whose quotes stay in the slot. An integer or boolean column is
+    written from its array (no Python int per value), :data:`NONE` as null."""
+    if col.dtype == np.int64 or col.dtype == bool:
+        if not col.size:
+            return [], b"%s"
+        missing = col == NONE if col.dtype == np.int64 else None
+        if missing is not None and missing.all():
+            return [b"null"] * col.size, b"%s"
+        each = orjson.dumps(np.ascontiguousarray(col), option=orjson.OPT_SERIALIZE_NUMPY
+                            )[1:-1].split(b",")
+        if missing is not None and missing.any():
+            marked = np.array(each, object)
+            marked[missing] = b"null"
+            each = marked.tolist()
+        return each, b"%s"
     values = py_values(col)
     if not values:
         return [], b"%s"
@@ -194,33 +208,54 @@ def _json_each(col: np.ndarray) -> tuple[list[bytes], bytes]:
     return [b"null" if v is None else orjson.dumps(v) for v in values], b"%s"
 
 
-def _metric_json(tag: str, values: np.ndarray, first: bool) -> list[bytes]:
-    """Each row's ``"tag":{"value":V,"unit":U}`` (comma-led unless ``first``), or nothing
-    where the row has no such metric (NaN)."""
-    head = orjson.dumps(tag) + b':{"value":'
-    head = head if first else b"," + head
-    tail = b',"unit":' + orjson.dumps(RECORD_METRICS[tag][0]) + b"}"
-    return [b"" if v == b"null" else head + v + tail for v in _json_each(values)[0]]
+def _metric_slot(tag: str, first: bool) -> bytes:
+    """``"tag":{"value":%s,"unit":U}`` (comma-led unless ``first``): a present metric's slot."""
+    head = orjson.dumps(tag) + b':{"value":%s,"unit":'
+    return (b"" if first else b",") + head + orjson.dumps(RECORD_METRICS[tag][0]) + b"}"
+
+
+def _group_lines(part: RecordTable, metrics: dict[str, np.ndarray], tags: list[str]
+                 ) -> list[bytes]:
+    """The lines of rows that all have the metrics ``tags`` (and no other): one template with
+    those metrics' keys and units in it, filled with each row's values."""
+    cols, slots = zip(*(_json_each(part.cols[field]) for _, field in LINE_META))
+    meta = b",".join(orjson.dumps(key) + b":" + slot for (key, _), slot in zip(LINE_META, slots))
+    cols += tuple(_json_each(metrics[tag])[0] for tag in tags)
+    cols += (_json_each(part.error)[0],)
+    template = (b'{"metadata":{' + meta + b'},"metrics":{'
+                + b"".join(_metric_slot(tag, i == 0) for i, tag in enumerate(tags))
+                + b'},"error":%s}\n')
+    return [template % row for row in zip(*cols)]
+
+
+def _chunk_lines(part: RecordTable) -> list[bytes]:
+    """The lines of ``part``'s rows in order: rows grouped by which metrics they have (few
+    groups: a success has them all, a failure only its image count), each group's lines from
+    its own template, put back in the rows' order."""
+    metrics = metric_columns(part)
+    tags = list(metrics)
+    has = np.zeros(len(part), np.int64)
+    for bit, v in enumerate(metrics.values()):
+        has |= (~np.isnan(v)).astype(np.int64) << bit
+    kinds = np.unique(has)
+    if kinds.size == 1:
+        return _group_lines(part, metrics, [t for b, t in enumerate(tags) if kinds[0] >> b & 1])
+    out = np.empty(len(part), object)
+    for kind in kinds.tolist():
+        rows = np.flatnonzero(has == kind)
+        out[rows] = _group_lines(part.take(rows), {k: v[rows] for k, v in metrics.items()},
+                                 [t for b, t in enumerate(tags) if kind >> b & 1])
+    return out.tolist()
 
 
 def record_lines(records: Records) -> Iterator[bytes]:
     """The ``records.jsonl`` lines of ``records`` (a list or a table), by start time (ties in
     the given order), in blocks of whole lines: the bytes of ``orjson.dumps(record_line(r))``
-    for each, written from whole columns through one template (no dict per line)."""
+    for each, written from whole columns through templates (no dict per line)."""
     t = as_table(records)
     order = np.argsort(t.start_ns, kind="stable")
     for lo in range(0, len(order), _CHUNK):
-        part = t.take(order[lo:lo + _CHUNK])
-        cols, slots = zip(*(_json_each(part.cols[field]) for _, field in LINE_META))
-        meta = b",".join(orjson.dumps(key) + b":" + slot
-                         for (key, _), slot in zip(LINE_META, slots))
-        metrics = metric_columns(part)
-        # the first metric (the image count) is always there: the others follow it
-        cols += tuple(_metric_json(tag, v, i == 0) for i, (tag, v) in enumerate(metrics.items()))
-        cols += (_json_each(part.error)[0],)
-        template = (b'{"metadata":{' + meta + b'},"metrics":{' + b"%s" * len(metrics)
-                    + b'},"error":%s}\n')
-        lines = [template % row for row in zip(*cols)]
+        lines = _chunk_lines(t.take(order[lo:lo + _CHUNK]))
         for i in range(0, len(lines), _WRITE_LINES):
             yield b"".join(lines[i:i + _WRITE_LINES])
 
