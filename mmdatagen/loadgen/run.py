@@ -80,8 +80,9 @@ def finish_run(result: BenchResult, what: str = "the run") -> None:
 
 
 def check_run(run: BenchRun) -> None:
-    """Every check ``run_bench`` makes before it starts anything (``ab`` checks both runs
-    first); the specs have checked their own fields, these need several specs or the disk."""
+    """What ``run_bench`` checks before it starts anything: the specs have checked their own
+    fields, these need several specs or the disk (``setup.bench_run`` adds the simulator's
+    settings, so ``ab`` checks both runs whole before either starts)."""
     from ..spec.base import validate
     from ..spec.values import parse_extra_inputs, parse_headers
 
@@ -111,11 +112,6 @@ def check_run(run: BenchRun) -> None:
     from ..io.atomic import check_not_input
 
     check_not_input(run_outputs(out), [Path(load.input_file)])
-    if not url:
-        from ..sim.profile import load_profile
-
-        load_profile(load.profile)
-        run.simulator()  # checks every setting, the cache size too (spec.cache.SimCache)
 
 
 def run_outputs(out: Path) -> list[Path]:

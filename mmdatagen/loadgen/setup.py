@@ -17,20 +17,22 @@ AB_CONCURRENCY = 64
 def bench_run(load: Load, target: BenchTarget | None = None, cache: BenchCache | None = None,
               geometry: Geometry | None = None, shard: LoadShard | None = None,
               goodput: tuple[str, ...] = ()) -> BenchRun:
-    """One run from its specs, checked (the simulator's model name when no ``--model`` is
-    given; ``--goodput`` parsed)."""
+    """One run from its specs, checked whole: the embedded simulator's settings too (the
+    simulator's model name when no ``--model`` is given; ``--goodput`` parsed)."""
+    from ..sim.profile import load_profile
     from .goodput import parse_slos
 
     target = target or BenchTarget()
     if load.model is None:
         if target.url:
             raise SpecError("model", "is required with `url`")
-        from ..sim.profile import load_profile
-
         load = replace(load, model=load_profile(load.profile).served_model_name)
     run = BenchRun(load, target, cache or BenchCache(), geometry or Geometry(),
                    shard or LoadShard(), tuple(parse_slos(goodput).items()))
     check_run(run)
+    if not target.url:
+        load_profile(load.profile)
+        run.simulator()  # checks every setting, the cache size too (spec.cache.SimCache)
     return run
 
 
