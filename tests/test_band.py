@@ -216,8 +216,8 @@ def fcfs_runs(draw):
     order = sorted(range(n), key=lambda i: (arrive[i], i))
     waiting = [i for i in order if not failed[i]]
     for i in order:
-        if failed[i]:
-            events.append((int(arrive[i]), 0, 0, i))
+        if failed[i]:  # its lookup at arrival, then gone (the reply right after)
+            events += [(int(arrive[i]), 0, 0, i), (int(arrive[i]), 1, 1, i)]
             end[i] = arrive[i] + 1
     running: list[int] = []
     left = dict(enumerate(need))
@@ -287,7 +287,7 @@ def test_fcfs_band_contains_the_engines_hits(run, name):
         if kind == 0:
             true_hits += sum(cache.lookup(p, items[p]))
         else:
-            cache.finish(p)
+            (cache.abort if run["fail"][p] else cache.finish)(p)
     fw = _fcfs(run, later=not stack(target))
     pos = np.argsort(fw.lo, kind="stable")
     pick = [items[p] for p in pos]

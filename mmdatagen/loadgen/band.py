@@ -779,53 +779,63 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     before every group after the group of the earliest request sent after ``b`` (it, and by the
     order of arrival every later group, looked up after ``b``). ``first``: -1 where a request
     has no first token."""
-    n = s.size
-    slack = np.zeros(n, np.int64) if slack is None else slack.astype(np.int64)
+    slack = np.zeros(s.size, np.int64) if slack is None else slack.astype(np.int64)
     tok = first >= 0
-    lo = np.zeros(n, np.int64)
-    hi = np.zeros(n, np.int64)
-    t_lo, t_hi = (first - slack)[tok], (first + slack)[tok]
-    order = np.argsort(first[tok], kind="stable")
-    groups: list[tuple[int, int]] = []  # (start, end) on the axis, ascending
-    member = np.zeros(order.size, np.int64)
-    for k in order.tolist():
-        if groups and t_lo[k] - groups[-1][1] <= tie_ns:
-            groups[-1] = (groups[-1][0], max(groups[-1][1], int(t_hi[k])))
-        else:
-            groups.append((int(t_lo[k]), int(t_hi[k])))
-        member[k] = len(groups) - 1
-    tok_idx = np.flatnonzero(tok)
-    for k, g in enumerate(member.tolist()):
-        lo[tok_idx[k]], hi[tok_idx[k]] = groups[g]
-    ends = np.array([g[1] for g in groups], np.int64)
-    sent = (s - slack)[tok_idx]
-    by_sent = np.argsort(sent, kind="stable")
-    # per position in send order: the lowest group among the requests sent from there on
-    low_group_after = np.minimum.accumulate(member[by_sent][::-1])[::-1] if member.size else member
-    sent_sorted = sent[by_sent]
+    axis = _TokenAxis(s - slack, first, tok, slack, tie_ns)
+    lo, hi = axis.spans()
+    untok = np.flatnonzero(~tok)
+    if untok.size:
+        lo[untok], hi[untok] = axis.place((s - slack)[untok], (reply_end + slack)[untok])
+    if later is None:
+        return FcfsWindows(lo, hi, None, None)
+    later_lo, later_hi = axis.place(s - slack, later + slack)
+    return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi))
 
-    def place(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if not groups:  # no first token at all: any order
+
+class _TokenAxis:
+    """The groups of first tokens (``fcfs_windows``) and the placing of real-time moments."""
+
+    def __init__(self, sent: np.ndarray, first: np.ndarray, tok: np.ndarray, slack: np.ndarray,
+                 tie_ns: int) -> None:
+        self.n, self.tok = sent.size, tok
+        t_lo, t_hi = (first - slack)[tok], (first + slack)[tok]
+        self.groups: list[tuple[int, int]] = []  # (start, end) on the axis, ascending
+        self.member = np.zeros(int(tok.sum()), np.int64)
+        for k in np.argsort(first[tok], kind="stable").tolist():
+            if self.groups and t_lo[k] - self.groups[-1][1] <= tie_ns:
+                self.groups[-1] = (self.groups[-1][0], max(self.groups[-1][1], int(t_hi[k])))
+            else:
+                self.groups.append((int(t_lo[k]), int(t_hi[k])))
+            self.member[k] = len(self.groups) - 1
+        self.ends = np.array([g[1] for g in self.groups], np.int64)
+        by_sent = np.argsort(sent[tok], kind="stable")
+        self.sent_sorted = sent[tok][by_sent]
+        # per position in send order: the lowest group among the requests sent from there on
+        self.low_group_after = (np.minimum.accumulate(self.member[by_sent][::-1])[::-1]
+                                if self.member.size else self.member)
+
+    def spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's group span (zeros for requests without a first token)."""
+        lo, hi = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
+        idx = np.flatnonzero(self.tok)
+        for k, g in enumerate(self.member.tolist()):
+            lo[idx[k]], hi[idx[k]] = self.groups[g]
+        return lo, hi
+
+    def place(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Windows on the axis of moments known to lie in real-time ``[a, b]``."""
+        if not self.groups:  # no first token at all: any order
             return np.zeros(a.size, np.int64), np.zeros(a.size, np.int64)
+        ends, last = self.ends, self.sent_sorted.size - 1
         before = np.searchsorted(ends, a, side="left") - 1  # last group ending before a
-        w_lo = np.where(before >= 0, ends[np.maximum(before, 0)] + 1, groups[0][0] - 1)
-        nxt = np.searchsorted(sent_sorted, b, side="right")  # first request sent after b
-        w_hi = np.where(nxt < sent_sorted.size,
-                        ends[low_group_after[np.minimum(nxt, sent_sorted.size - 1)]],
+        w_lo = np.where(before >= 0, ends[np.maximum(before, 0)] + 1, self.groups[0][0] - 1)
+        nxt = np.searchsorted(self.sent_sorted, b, side="right")  # first request sent after b
+        w_hi = np.where(nxt <= last, ends[self.low_group_after[np.minimum(nxt, last)]],
                         ends[-1] + 1)
         return np.minimum(w_lo, w_hi), np.maximum(w_lo, w_hi)
 
-    untok = np.flatnonzero(~tok)
-    if untok.size:
-        a_lo, a_hi = place((s - slack)[untok], (reply_end + slack)[untok])
-        lo[untok], hi[untok] = a_lo, a_hi
-    later_lo = later_hi = None
-    if later is not None:
-        later_lo, later_hi = place(s - slack, later + slack)
-        later_lo, later_hi = np.maximum(later_lo, lo), np.maximum(later_hi, hi)
-    return FcfsWindows(lo, hi, later_lo, later_hi)
 
-
+# -- other targets past the search: the coarse bound ------------------------------------------------
 def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[int],
                 s: np.ndarray, f: np.ndarray, weights: Sequence[np.ndarray]
                 ) -> list[tuple[int, int]]:
