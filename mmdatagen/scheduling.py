@@ -18,8 +18,8 @@ The rules (AIPerf's causal replay):
   the order of ``mmdatagen.sessions`` (the feed: the loader's lazy ``SessionSource`` or the
   in-memory ``sessions.Replay``).
 - **Phases**: warmup, then profiling. A phase issues at most its ``count`` requests; the next
-  phase opens when the previous one has drained (nothing in flight, no paced ticket held, its count
-  used up or the data exhausted). Slots that asked meanwhile are held and released together, in
+  phase opens when the previous one has drained (nothing in flight, no paced ticket held, and its
+  count used up or the data exhausted with no session's turn left). Slots that asked meanwhile are held and released together, in
   slot order; a session continues across the barrier where it stopped.
 - **Arrivals**: a paced phase (``arrivals.Pacer``) gives each request a ticket, the next slot of
   the arrival process taken at the time the slot asks; a ticket in the future makes the slot wait,
@@ -128,7 +128,7 @@ class Core(Generic[S, T]):
             slot.ticket = False
             ph.tickets -= 1
             return self._send(slot, ph, now)
-        if ph.used():
+        if ph.count is not None and ph.issued >= ph.count:
             if self.current + 1 < len(self.phases):
                 self.held.append(slot)
                 return HOLD
@@ -176,19 +176,24 @@ class Core(Generic[S, T]):
         slot.turn = turn
         if turn is None:
             slot.session = None
-        self._drain(now)
+        if self.current + 1 < len(self.phases):
+            self._drain(now)
         return turn
 
     def _drain(self, now: float | None) -> None:
         """Open the next phase once the current one has drained; release the held slots."""
         while self.current + 1 < len(self.phases):
             ph = self.phases[self.current]
-            if ph.in_flight or ph.tickets or not (ph.used() or self.exhausted):
+            if ph.in_flight or ph.tickets or not (ph.used() or self._dry()):
                 return
             self.current += 1
             self.phases[self.current].started = now
             held, self.held = sorted(self.held, key=lambda s: s.index), []
             self.released.extend(held)
+
+    def _dry(self) -> bool:
+        """The data is exhausted and no slot holds a session's next turn."""
+        return self.exhausted and all(s.turn is None for s in self.slots)
 
     def finished(self) -> bool:
         """Nothing in flight, no ticket held, and no slot can send again."""

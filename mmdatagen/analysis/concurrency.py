@@ -4,10 +4,14 @@ Completion model (simple on purpose, documented in ``mmdatagen analyze --help``)
 requests are in flight and they complete first-in first-out; when one completes, the next request
 is dispatched at once (no think time, ``delay`` ignored).
 
-- ``file`` order: requests are dispatched in file order, K in flight.
-- ``sessions`` (AIPerf's causal replay of ``session_id`` rows): sessions start in order of first
-  appearance, at most K at a time; a session's next row is dispatched only when its previous row
-  completes; a finished session frees its slot for the next session.
+- ``sessions`` (AIPerf's causal replay of ``session_id`` rows): the dispatch core of the loader
+  and ``simulate`` (``mmdatagen.scheduling``) with K slots, driven by completion order alone:
+  sessions start in order of first appearance, at most K at a time; a session's next row is
+  dispatched only when its previous row completes; a finished session frees its slot for the next
+  session.
+- ``file`` order: every row a session of its own, so requests are dispatched in file order, K in
+  flight. The core's order then has a closed form (first-in first-out) and a compiled loop (a
+  seeded random completion), both checked against the core in ``tests/test_scheduling.py``.
 
 A cache that registers entries when a request is scheduled sees only the dispatch order (then the
 one-pass curve over that order is exact). A cache that inserts at completion is replayed event by
@@ -16,10 +20,13 @@ event (``completion_flags``, ``kernels.completion_kernel``), one capacity per pa
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
 import numpy as np
 
 from ..errors import SpecError, UserError
+from ..scheduling import PROFILING, SEND, Core, Phase, Slot
+from ..sessions import Replay, Replayed, group_ids
 from . import kernels as K
 
 DISPATCH = ("file", "sessions")
@@ -43,32 +50,36 @@ def events(num_rows: int, in_flight: int, sessions: np.ndarray | None = None,
         mid[0::2] = ~np.arange(n - k)      # the oldest in flight completes ...
         mid[1::2] = np.arange(k, n)        # ... and the next row is dispatched
         return np.concatenate([np.arange(k), mid, ~np.arange(n - k, n)]).astype(np.int64)
+    return _session_events(session_rows(sessions), in_flight, rng)
+
+
+def _session_events(groups: list[np.ndarray], in_flight: int, rng) -> np.ndarray:
+    """The dispatch core (``mmdatagen.scheduling``: ``in_flight`` slots, each replaying one
+    session at a time, sessions in start order) driven by completion order alone: the oldest
+    request in flight completes next (``rng`` None), else a seeded random one."""
+    core: Core[Replayed[int], int] = Core(Replay([g.tolist() for g in groups], wrap=False),
+                                          [Phase(PROFILING)])
     out: list[int] = []
-    groups = session_rows(sessions)
-    waiting = deque(range(len(groups)))
-    pos = [0] * len(groups)
-    running: deque[tuple[int, int]] = deque()  # (row, session) in dispatch order
+    running: deque[tuple[int, Slot[Replayed[int], int]]] = deque()  # in dispatch order
 
-    def start(g: int) -> None:
-        row = int(groups[g][pos[g]])
-        pos[g] += 1
-        running.append((row, g))
-        out.append(row)
+    def ask(slot: Slot[Replayed[int], int]) -> None:
+        if core.next(slot, 0.0) == SEND:
+            row = cast(int, slot.turn)
+            running.append((row, slot))
+            out.append(row)
 
-    while waiting and len(running) < in_flight:
-        start(waiting.popleft())
+    for _ in range(in_flight):
+        ask(core.add_slot())
     while running:
         if rng is None:
-            row, g = running.popleft()
+            row, slot = running.popleft()
         else:
             k = int(rng.integers(len(running)))
-            row, g = running[k]
+            row, slot = running[k]
             del running[k]
         out.append(~row)
-        if pos[g] < len(groups[g]):
-            start(g)
-        elif waiting:
-            start(waiting.popleft())
+        core.complete(slot, 0.0)
+        ask(slot)
     return np.array(out, np.int64)
 
 
@@ -81,8 +92,6 @@ def _random_file_events(num_rows: int, in_flight: int, rng) -> np.ndarray:
 def session_rows(sessions: np.ndarray) -> list[np.ndarray]:
     """Row indices per session, sessions by first appearance, rows in file order (the rule of
     ``mmdatagen.sessions``, which the loader and ``simulate`` follow too)."""
-    from ..sessions import group_ids
-
     return group_ids(sessions)
 
 

@@ -1,10 +1,10 @@
-"""Dispatch: which request starts when (concurrency, request rate, causal sessions, phases).
+"""Dispatch in real time: the loader's workers drive the dispatch core.
 
-Workers each own one session at a time, so ``--concurrency N`` counts sessions in flight
-(AIPerf's causal replay). Every request first takes a ticket from the :class:`Scheduler`, which
-hands out warmup tickets, then (after every warmup request has completed) profiling tickets,
-paced by the request rate when one is set and stopped by the request count, the duration or
-SIGINT.
+Which request starts when (concurrency counting sessions, causal sessions, warmup then profiling,
+the request rate, count, duration) is ``mmdatagen.scheduling``'s, the rule ``simulate`` and the
+analysis drive with their own clocks. Here each worker is one slot of the core, and the
+:class:`Scheduler` waits in asyncio for what the core asks: a paced ticket's time, the warmup
+barrier, or SIGINT. ``fixed_schedule`` (rows sent at their timestamps) is outside the core.
 """
 from __future__ import annotations
 
@@ -19,92 +19,85 @@ from ..arrivals import make_pacer
 from ..errors import SpecError, UserError
 from ..io.readers import Turn
 from ..metrics import RequestRecord
+from ..scheduling import DONE, HOLD, PROFILING, SEND, Core, Feed, Slot, phases
 from ..sessions import row_label
 from .client import Result
 from .failures import ErrorKind, error
 from .payload import BodyConfig, ImageEncoder, build_body, serialize
 from .sessions import Session, SessionSource
 
-WARMUP, PROFILING = "warmup", "profiling"
-
 
 class Scheduler:
-    """Tickets: phase per request, the warmup barrier, rate pacing, count/duration/stop limits."""
+    """The dispatch core (``mmdatagen.scheduling``) in real time: asyncio waits for paced
+    tickets, the warmup barrier and stop; ``time.monotonic()`` is the clock it reads."""
 
     def __init__(self, *, warmup: int, count: int | None, rate: float | None = None,
                  arrival: str = "poisson", duration_s: float | None = None, seed: int = 0,
                  burstiness: float = 1.0, ramp_to: float | None = None) -> None:
-        self.warmup = warmup
-        self.count = count
-        self.rate = rate
-        self.arrival = arrival
-        self.duration_s = duration_s
-        self.pacer = make_pacer(rate, arrival, seed, burstiness=burstiness, ramp_to=ramp_to,
-                                duration_s=duration_s, count=count)
-        self.issued = 0
-        self.warm_issued = 0
-        self.warm_done = 0
-        self.stopped = False
-        self.gate = asyncio.Event()
+        pacer = make_pacer(rate, arrival, seed, burstiness=burstiness, ramp_to=ramp_to,
+                           duration_s=duration_s, count=count)
+        self.phases = phases(warmup, count, pacer, duration_s)
+        self.core: Core[Session, Turn] | None = None
         self.stop_event = asyncio.Event()
-        self.profile_start: float | None = None
-        if warmup == 0:
-            self._open_gate()
+        self._opened = asyncio.Event()  # set when a phase opens (a fresh one per phase)
 
-    def _open_gate(self) -> None:
-        if not self.gate.is_set():
-            self.profile_start = time.monotonic()
-            self.gate.set()
+    def attach(self, source: Feed[Session, Turn]) -> None:
+        """The sessions to dispatch (the loader's ``SessionSource``)."""
+        self.core = Core(source, self.phases)
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_event.is_set()
 
     def stop(self) -> None:
-        """Stop issuing (SIGINT, duration reached); waiters return None."""
-        self.stopped = True
+        """Stop issuing (SIGINT, duration reached, a bad dataset row); waiters return False."""
+        if self.core is not None:
+            self.core.stop()
         self.stop_event.set()
-        self.gate.set()
+        self._opened.set()
 
-    async def ticket(self) -> str | None:
-        """The phase of the next request, or None when no more requests may start."""
-        if self.stopped:
-            return None
-        idx = self.issued
-        if idx < self.warmup:
-            self.issued += 1
-            self.warm_issued += 1
-            return WARMUP
-        if self.count is not None and idx >= self.warmup + self.count:
-            return None
-        self.issued += 1
-        if not self.gate.is_set():
-            await self.gate.wait()
-        if self.stopped:
-            return None
-        now = time.monotonic()
-        if self.pacer is not None:
-            slot = self.pacer.take(now)
-            if slot > now:
+    def slot(self) -> Slot[Session, Turn]:
+        assert self.core is not None, "Context attaches the source"
+        return self.core.add_slot()
+
+    def _wake(self, core: Core[Session, Turn]) -> None:
+        if core.released:  # a phase opened: the held slots ask again
+            core.released.clear()
+            self._opened.set()
+            self._opened = asyncio.Event()
+        if core.stopped and not self.stop_event.is_set():  # the duration is reached
+            self.stop()
+
+    async def next(self, slot: Slot[Session, Turn]) -> bool:
+        """Wait until ``slot`` may send (True: its ``session``, ``turn`` and ``phase`` are set)
+        or must stop (False)."""
+        core = self.core
+        assert core is not None, "Context attaches the source"
+        while True:
+            step = core.next(slot, time.monotonic())
+            if core.released or core.stopped:
+                self._wake(core)
+            if step == SEND:
+                return True
+            if step == DONE:
+                return False
+            if step == HOLD:
+                await self._opened.wait()
+            elif (wait := slot.at - time.monotonic()) > 0:  # a paced ticket
                 try:
-                    await asyncio.wait_for(self.stop_event.wait(), slot - now)
-                    return None
+                    await asyncio.wait_for(self.stop_event.wait(), wait)
+                    return False
                 except TimeoutError:
                     pass
-                now = time.monotonic()
-        start = self.profile_start if self.profile_start is not None else now
-        if self.duration_s is not None and now - start >= self.duration_s:
-            self.stop()
-            return None
-        return PROFILING
 
-    def finished(self, phase: str) -> None:
-        """A request (or an unused ticket) of ``phase`` is over."""
-        if phase == WARMUP:
-            self.warm_done += 1
-            if self.warm_done >= self.warmup:
-                self._open_gate()
-
-    def source_exhausted(self) -> None:
-        """No more data: let profiling waiters go once issued warmup requests are done."""
-        if self.warm_done >= self.warm_issued:
-            self._open_gate()
+    def complete(self, slot: Slot[Session, Turn]) -> Turn | None:
+        """``slot``'s request is over; its session's next turn (None: the session is over)."""
+        assert self.core is not None, "Context attaches the source"
+        core = self.core
+        turn = core.complete(slot, time.monotonic())
+        if core.released or core.stopped:
+            self._wake(core)
+        return turn
 
 
 @dataclass
@@ -125,6 +118,9 @@ class Context:
     errors: int = 0
     done: int = 0
     fatal: UserError | None = None
+
+    def __post_init__(self) -> None:
+        self.sched.attach(self.source)
 
 
 def output_tokens(res: Result, streaming: bool) -> int:
@@ -204,7 +200,6 @@ def _record(ctx: Context, sess: Session, turn: Turn, phase: str, xid: str, res: 
     ctx.done += 1
     if not ok:
         ctx.errors += 1
-    ctx.sched.finished(phase)
 
 
 async def worker(ctx: Context) -> None:
@@ -218,29 +213,17 @@ async def worker(ctx: Context) -> None:
 
 
 async def _worker(ctx: Context) -> None:
-    sched, source = ctx.sched, ctx.source
-    while True:
-        phase = await sched.ticket()
-        if phase is None:
-            return
-        sess = source.next_session()
-        turn = source.next_turn(sess) if sess is not None else None
-        if turn is None:
-            sched.finished(phase)
-            sched.source_exhausted()
-            return
-        history: list[dict] | None = [] if ctx.multi_turn else None
-        assert sess is not None  # a turn came from it
-        while True:
-            await _one(ctx, sess, turn, phase, history)
-            turn = source.next_turn(sess)
-            if turn is None:
-                break
-            if turn.delay_ms:
-                await asyncio.sleep(float(turn.delay_ms) / 1000.0)
-            phase = await sched.ticket()
-            if phase is None:
-                return
+    sched = ctx.sched
+    slot = sched.slot()
+    history: list[dict] | None = None
+    while await sched.next(slot):
+        assert slot.session is not None and slot.turn is not None  # what the core sends
+        if slot.opens:
+            history = [] if ctx.multi_turn else None
+        await _one(ctx, slot.session, slot.turn, slot.phase, history)
+        turn = sched.complete(slot)
+        if turn is not None and turn.delay_ms:
+            await asyncio.sleep(float(turn.delay_ms) / 1000.0)
 
 
 async def fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None) -> None:
