@@ -296,11 +296,13 @@ def section_ttft(args, tmp: Path) -> None:
     if args.skip_sim:
         return
     from mmdatagen.sim.embedded import EmbeddedServer
+    from mmdatagen.spec.sim import Simulator
 
     print("== for reference: the simulator (qwen3-vl-30b-gb200 profile, 50 output tokens); its "
           "server TTFT stops when the engine emits the token, so the simulator's own event-loop "
           "queueing before it writes is counted here as 'client-added'")
-    with EmbeddedServer(profile="qwen3-vl-30b-gb200", cache_gb=10.0) as srv:
+    with EmbeddedServer(Simulator().with_values({"profile": "qwen3-vl-30b-gb200",
+                                                 "cache_size": 10.0})) as srv:
         for client in ("raw", "aiohttp"):
             ex = run_ours(short, srv.url, tmp / f"sim-{client}", requests=1000, concurrency=64,
                           client=client, streaming=True,

@@ -72,13 +72,16 @@ def run_real(path: Path, profile_name: str, requests: int, concurrency: int,
              scale: float) -> dict:
     from mmdatagen.sim.embedded import EmbeddedServer
     from mmdatagen.sim.probe import chat_bodies, drive
+    from mmdatagen.spec.sim import Simulator
 
     prof = load_profile(profile_name)
     bodies = chat_bodies(path, prof.served_model_name, requests + 3,
                          {"max_tokens": 150, "min_tokens": 150, "ignore_eos": True})
     out = {}
     for side, gb in CACHE.items():
-        with EmbeddedServer(profile_name, cache_gb=gb, time_scale=scale) as srv:
+        spec = Simulator().with_values({"profile": profile_name, "cache_size": gb,
+                                        "time_scale": scale})
+        with EmbeddedServer(spec) as srv:
             recs = asyncio.run(drive(srv.url, bodies, concurrency, warmup=3))
         out[side] = summarise(build_export(recs, input_config={}), scale)
     return out

@@ -13,6 +13,7 @@ import orjson
 
 from mmdatagen.loadgen.client import RawClient, Target
 from mmdatagen.sim.embedded import EmbeddedServer
+from mmdatagen.spec.sim import Simulator
 
 MODEL = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
 
@@ -45,7 +46,8 @@ def main() -> None:
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
-    with EmbeddedServer("zero-delay", cache_gb=1.0) as srv:
+    with EmbeddedServer(Simulator().with_values({"profile": "zero-delay", "cache_size": 1.0})
+                        ) as srv:
         for streaming in (False, True):
             body = {"model": MODEL, "messages": [{"role": "user", "content": "hello " * 20}],
                     "max_tokens": 16, "ignore_eos": True, "stream": streaming}

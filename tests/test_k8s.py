@@ -148,8 +148,10 @@ def test_sliding_window_job(run_cli, volume):
 def simulator():
     """The embedded simulator (zero-delay profile) standing in for the service."""
     from mmdatagen.sim.embedded import EmbeddedServer
+    from mmdatagen.spec.sim import Simulator
 
-    with EmbeddedServer(profile="zero-delay", cache_gb=0) as server:
+    with EmbeddedServer(Simulator().with_values({"profile": "zero-delay", "cache_size": 0})
+                        ) as server:
         yield server.url
 
 

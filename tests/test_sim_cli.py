@@ -12,10 +12,11 @@ from sim_helpers import MODEL, png_url
 
 from mmdatagen.errors import UserError
 from mmdatagen.sim.embedded import EmbeddedServer
+from mmdatagen.spec.sim import Simulator
 
 
 def test_embedded_server_serves_and_stops_cleanly():
-    srv = EmbeddedServer("zero-delay", cache_gb=1.0)
+    srv = EmbeddedServer(Simulator().with_values({"profile": "zero-delay", "cache_size": 1.0}))
     with srv:
         assert srv.url.startswith("http://127.0.0.1:")
         body = orjson.dumps({"model": MODEL, "max_tokens": 3, "ignore_eos": True,
@@ -34,7 +35,7 @@ def test_embedded_server_serves_and_stops_cleanly():
 
 def test_embedded_server_reports_bad_profile():
     with pytest.raises(UserError, match="failed to start"):
-        EmbeddedServer("no-such-profile").start()
+        EmbeddedServer(Simulator().with_values({"profile": "no-such-profile"})).start()
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -94,7 +95,7 @@ def test_sigterm_with_streams_in_flight_exits_cleanly():
 
     import aiohttp
 
-    srv = EmbeddedServer(cache_gb=1.0, grace=8.0).start()
+    srv = EmbeddedServer(Simulator().with_values({"cache_size": 1.0}), grace=8.0).start()
     proc = srv.proc
 
     async def go():
@@ -187,7 +188,7 @@ def test_embedded_server_runs_its_typed_spec():
 
     spec = Simulator().with_values({"profile": "zero-delay", "cache_size": 0.0,
                                     "fault_error_rate": 1.0, "fault_error_status": 503})
-    with EmbeddedServer(spec=spec) as srv:
+    with EmbeddedServer(spec) as srv:
         assert srv.url.startswith("http://127.0.0.1:")
         req = urllib.request.Request(srv.url + "/v1/chat/completions",
                                      data=orjson.dumps({"model": MODEL, "max_tokens": 2,

@@ -1,8 +1,7 @@
 """Start the simulator as a subprocess on a free loopback port (the loader's default target).
 
-    with EmbeddedServer("qwen3-vl-30b-gb200", cache_gb=10) as srv:
+    with EmbeddedServer(Simulator().with_values({"profile": "zero-delay"})) as srv:
         ...  # srv.url == "http://127.0.0.1:PORT"
-    EmbeddedServer(spec=Simulator(...))  # every serve setting, typed (spec/sim.py)
 
 A subprocess, so client and server never share a GIL. Its settings are one typed
 :class:`~mmdatagen.spec.sim.Simulator`, sent as JSON on the child's standard input to its one
@@ -40,15 +39,10 @@ class EmbeddedServer:
     """The simulator as a child process that dies with this one (even on SIGKILL: the kernel
     sends it SIGTERM) and leaves nothing on disk: its address comes from its first stdout line."""
 
-    def __init__(self, profile: str = "qwen3-vl-30b-gb200", cache_gb: float | None = 10.0,
-                 time_scale: float = 1.0, startup_timeout: float = 30.0, grace: float = 5.0, *,
-                 spec: Simulator | None = None) -> None:
-        """``spec``: every setting of the server; without it, ``profile``, ``cache_gb`` (None:
-        the target's default) and ``time_scale`` over ``serve``'s defaults. It always listens
-        on a free loopback port."""
-        if spec is None:
-            spec = Simulator().with_values({"profile": profile, "cache_size": cache_gb,
-                                            "time_scale": time_scale})
+    def __init__(self, spec: Simulator, startup_timeout: float = 30.0, grace: float = 5.0
+                 ) -> None:
+        """``spec``: every setting of the server (``serve``'s defaults where it says nothing);
+        it always listens on a free loopback port."""
         self.spec = spec.with_values({"host": "127.0.0.1", "port": 0, "ready_file": None})
         self.startup_timeout, self.grace = startup_timeout, grace
         self.proc: subprocess.Popen | None = None
