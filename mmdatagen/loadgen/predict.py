@@ -75,6 +75,7 @@ class ImageTracker:
     timeline: dict | None = None  # the simulator's cache events per X-Request-ID, if fetched
     real_engine: bool = True  # replays model the engine's own faults (no simulator timeline)
     server_order: dict[str, int] | None = None  # X-Request-ID -> place in the server's log
+    order_note: str | None = None  # why the server's log could not give the order
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
@@ -422,9 +423,12 @@ def prediction_result(tracker: ImageTracker | None, note: str | None, records: l
                 capacity=tracker.capacity, unit=t.unit, keying=t.key, engine=t.engine)
     if t.unit == "GiB":
         pred["cache_gb"] = tracker.capacity
+    notes = [tracker.order_note] if tracker.order_note else []
     if tracker.undecodable:
-        pred["note"] = (f"{tracker.undecodable} images undecodable; sized as "
-                        f"{DEFAULT_URL_SIZE[0]}x{DEFAULT_URL_SIZE[1]}")
+        notes.append(f"{tracker.undecodable} images undecodable; sized as "
+                     f"{DEFAULT_URL_SIZE[0]}x{DEFAULT_URL_SIZE[1]}")
+    if notes:
+        pred["note"] = "; ".join(notes)
     return pred
 
 

@@ -25,6 +25,7 @@ from .predict import (
     fetch_timeline,
     prediction_result,
     prediction_setup,
+    read_server_order,
 )
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
 from .shard import (
@@ -439,6 +440,11 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
     if s.tracker is not None:
         timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
         s.tracker.timeline = timeline
+        if timeline is None and run.load.server_log is not None:
+            from ..outcomes import engine_processed
+
+            s.tracker.server_order, s.tracker.order_note = await read_server_order(
+                run.load.server_log, {r.x_request_id for r in records if engine_processed(r)})
     predicted = prediction_result(s.tracker, s.note, records, s.ctx.started, timeline)
     if predicted is not None and run.shard.num_shards > 1 and "hits" in predicted:
         predicted["note"] = ("this worker's requests alone, from a cold cache; the server saw "

@@ -74,6 +74,12 @@ class Load:
     seed: int = common.seed("Seed of the arrivals and random_pool draws.")
     no_predict: bool = option(False, "--no-predict", "Skip the predicted cache hits.",
                               is_flag=True)
+    server_log: Path | None = option(None, "--server-log", "The server's log file, read after "
+                                     "the run: the order in which it first names each "
+                                     "request's X-Request-ID is the order the cache saw them "
+                                     "(vLLM: --enable-log-requests), so the prediction replays "
+                                     "it exactly instead of the first-token order.", kind=Path,
+                                     show_default=False)
     reset_cache: bool = option(False, "--reset-cache", "Empty the server's caches before "
                                "warmup: vLLM's dev-mode resets (VLLM_SERVER_DEV_MODE=1: "
                                "prefix, multimodal processor, encoder cache) and the "
