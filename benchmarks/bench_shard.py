@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -103,31 +104,94 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class _Sampler(threading.Thread):
+    """CPU seconds of some processes every 20 ms (Linux /proc), so the CPU they spent inside
+    the benchmark's window (from its export) is read apart from start-up and export writing."""
+
+    def __init__(self, pids: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.pids, self.rows, self.done = pids, [], threading.Event()
+        self.last = [0.0] * len(pids)
+
+    def _cpu(self, k: int) -> float:
+        try:
+            self.last[k] = _cpu_of(self.pids[k])
+        except (OSError, IndexError, ValueError):  # exited and reaped: its last value
+            pass
+        return self.last[k]
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.rows.append((time.time(), [self._cpu(k) for k in range(len(self.pids))]))
+            self.done.wait(0.02)
+
+    def between(self, t0: float, t1: float) -> list[float]:
+        """Each process's CPU seconds from Unix time t0 to t1 (interpolated samples)."""
+        import numpy as np
+
+        times = np.array([t for t, _ in self.rows])
+        cpu = np.array([c for _, c in self.rows])
+        return [float(np.interp(t1, times, cpu[:, k]) - np.interp(t0, times, cpu[:, k]))
+                for k in range(len(self.pids))]
+
+
+def _window(export: dict) -> tuple[float, float]:
+    """The benchmark's first request start and last response end, Unix seconds."""
+    from datetime import datetime
+
+    return (datetime.fromisoformat(export["start_time"]).timestamp(),
+            datetime.fromisoformat(export["end_time"]).timestamp())
+
+
 def _workers(n: int, common: list, out: Path, sink_pid: int | None = None
-             ) -> tuple[list[float], float, Path]:
+             ) -> tuple[list[float], float, Path, _Sampler]:
     """n workers of one benchmark started together (``--start-at``; one plain bench for n=1):
     each worker's CPU seconds from the common start to its exit (``os.wait4``), the server's
-    over the same time (``sink_pid``), and the folder of the (merged) export."""
+    over the same time (``sink_pid``), the folder of the (merged) export, and the CPU samples
+    of the workers and the server (the server last)."""
     start = time.time() + 8  # cold processes on a busy machine
     shard = (lambda k: ["--num-shards", n, "--shard-index", k]) if n > 1 else (lambda k: [])
     procs = [subprocess.Popen([*PY, "bench", *map(str, [*common, *shard(k), "--start-at", start,
                                                          "--output-dir", out / f"w{k}"])])
              for k in range(n)]
+    sampler = _Sampler([p.pid for p in procs] + ([sink_pid] if sink_pid else []))
+    sampler.start()
     time.sleep(max(0.0, start - time.time()))
     at_start = [_cpu_of(p.pid) for p in procs]
     server = _cpu_of(sink_pid) if sink_pid else 0.0
     cpu = []
-    for p, c0 in zip(procs, at_start):
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        assert p.returncode == 0, f"worker exited {p.returncode}"
-        cpu.append(usage.ru_utime + usage.ru_stime - c0)
+    try:
+        for p, c0 in zip(procs, at_start):
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            assert p.returncode == 0, f"worker exited {p.returncode}"
+            cpu.append(usage.ru_utime + usage.ru_stime - c0)
+    finally:
+        sampler.done.set()
+        sampler.join()
     server = (_cpu_of(sink_pid) - server) if sink_pid else 0.0
     if n == 1:
-        return cpu, server, out / "w0"
+        return cpu, server, out / "w0", sampler
     _run(["merge-runs", *(out / f"w{k}" for k in range(n)), "--output-dir", out / "merged",
           "-q", "--no-report"])
-    return cpu, server, out / "merged"
+    return cpu, server, out / "merged", sampler
+
+
+def _rate_line(n: int, ex: dict, cpu: list[float], server: float, sampler: _Sampler,
+               load: str) -> tuple[float, float]:
+    """Print one rate row; return the loader's and the server's CPU microseconds per request
+    inside the benchmark's window."""
+    rate, span = ex["request_throughput"]["avg"], ex["benchmark_duration"]["avg"]
+    done = ex["request_count"]["avg"]
+    inside = sampler.between(*_window(ex))
+    loader_us, server_us = sum(inside[:n]) / done * 1e6, inside[n] / done * 1e6
+    print(f"{n} worker{'s' if n > 1 else ' '}: {rate:7.0f} req/s over {span:.2f} s ({done} "
+          f"requests, {ex['error_request_count']['avg']} failed); in the run: CPU per request "
+          f"loader {loader_us:.1f} us + server {server_us:.1f} us, cores busy: loaders "
+          f"{sum(inside[:n]) / span:.2f} + server {inside[n] / span:.2f} of 2; start to exit: "
+          f"loader CPU {' + '.join(f'{c:.2f}' for c in cpu)} s, server {server:.2f} s; "
+          f"{_load()} (was {load})")
+    return loader_us, server_us
 
 
 def part_rate(tmp: Path, requests: int, concurrency: int) -> None:
@@ -140,33 +204,28 @@ def part_rate(tmp: Path, requests: int, concurrency: int) -> None:
     url = f"http://127.0.0.1:{sink.stdout.readline().strip()}"
     common = ["--input-file", data, "--url", url, "--model", MODEL, "--concurrency",
               concurrency, "--request-count", requests, "--no-predict", "-q", "--no-report"]
-    rates, per_cpu, server_share = {}, {}, {}
+    rates, us = {}, {}
     try:
         for n in (1, 2):
             load = _load()
-            cpu, server, folder = _workers(n, common, tmp / f"rate{n}", sink.pid)
+            cpu, server, folder, sampler = _workers(n, common, tmp / f"rate{n}", sink.pid)
             ex = json.loads((folder / "profile_export_mmdatagen.json").read_text())
             rates[n] = ex["request_throughput"]["avg"]
-            span, done = ex["benchmark_duration"]["avg"], ex["request_count"]["avg"]
-            per_cpu[n] = done / sum(cpu)
-            server_share[n] = server / sum(cpu)
-            print(f"{n} worker{'s' if n > 1 else ' '}: {rates[n]:7.0f} req/s over {span:.2f} s "
-                  f"({done} requests, {ex['error_request_count']['avg']} failed); from the start "
-                  f"on: loader CPU {' + '.join(f'{c:.2f}' for c in cpu)} s "
-                  f"({per_cpu[n]:.0f} req per loader CPU-s), server CPU {server:.2f} s; cores "
-                  f"busy: loaders {sum(cpu) / span:.2f} + server {server / span:.2f} of 2; "
-                  f"{_load()} (was {load})")
-        print(f"ratio 2 workers / 1 worker: {rates[2] / rates[1]:.2f} (goal >= 1.8); requests "
-              f"per loader CPU-second, 2 / 1: {per_cpu[2] / per_cpu[1]:.2f} (1.00: no cost of "
-              "coordination)")
-        # on 2 idle cores: 1 worker has a core to itself, 2 workers share both with the server
-        share = server_share[1]
-        print(f"bounded by cores: the server spends {share:.2f} CPU-s per loader CPU-s, so on 2 "
-              f"idle cores 2 workers reach at most 2 / (1 + {share:.2f}) = {2 / (1 + share):.2f}"
-              " x one worker's rate")
+            us[n] = _rate_line(n, ex, cpu, server, sampler, load)
     finally:
         sink.terminate()
         sink.wait(timeout=30)
+    print(f"ratio 2 workers / 1 worker: {rates[2] / rates[1]:.2f} (goal >= 1.8); loader CPU per "
+          f"request, 2 workers / 1: {us[2][0] / us[1][0]:.2f} (1.00: no cost of coordination)")
+    # on 2 idle cores: 1 worker is bound by its own core (the server runs on the other one),
+    # 2 workers by both cores shared with the server
+    (l1, s1), (l2, s2) = us[1], us[2]
+    print(f"bounded by cores: per request the server spends {s1:.1f} us of CPU beside the "
+          f"loader's {l1:.1f} us (1 worker; 2 workers: {s2:.1f} + {l2:.1f} us); on 2 idle "
+          f"cores one worker reaches 1e6 / {l1:.1f} = {1e6 / l1:.0f} req/s and two reach "
+          f"2e6 / ({l2:.1f} + {s2:.1f}) = {2e6 / (l2 + s2):.0f} req/s: at most "
+          f"{2 * l1 / (l2 + s2):.2f} x (2 / (1 + s) = {2 / (1 + s1 / l1):.2f} with s = "
+          f"{s1 / l1:.2f}, the server's CPU per loader CPU)")
 
 
 def fake_workers(tmp: Path, total: int, workers: int, cache_items: bool) -> list[Path]:
