@@ -298,3 +298,35 @@ def test_loader_concurrency_counts_sessions(tmp_path):
     for _, sid in seq:
         by_session[sid] = by_session.get(sid, 0) + 1
     assert by_session == {"A": 3, "B": 2, "row_3": 1, "C": 2, "row_7": 1, "D": 1}
+
+
+def test_sweep_virtual_predicts_in_the_cores_order(tmp_path, run_cli):
+    """8 sessions of 5 turns written turn-major, each alternating two images of its own: the
+    core replays a session at a time, so with one slot the cache holds a session's two images
+    and 24 of 40 lookups hit. The virtual sweep's prediction follows the same order (file
+    order, 16 images cycling through a smaller cache, predicted none) and equals the run."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    urls = []
+    for i in range(16):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), (15 * i, 10, 200)).save(buf, format="PNG")
+        urls.append("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    rows = [{"text": f"q {s} {turn}", "session_id": f"s{s}", "image": urls[2 * s + turn % 2]}
+            for turn in range(5) for s in range(8)]
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    out = tmp_path / "sw"
+    res = run_cli("sweep", "--input-file", data, "--virtual", "--concurrency", "1,4",
+                  "--cache-size", "0.001", "--repeats", "1", "--extra-inputs", "max_tokens:4",
+                  "--sim-param", "encoder_budget=64", "--output-dir", out, "--no-report")
+    assert res.exit_code == 0, res.output
+    for c, hits in ((1, 24), (4, 0)):
+        [export] = out.glob(f"concurrency-{c}_*/r1/profile_export_mmdatagen.json")
+        cache = orjson.loads(export.read_bytes())["image_cache"]
+        assert cache["measured"]["hits"] == cache["predicted"]["hits"] == hits
+        assert cache["predicted"]["references"] == 40
+        assert f"--in-flight {c}" in cache["predicted"]["order"]

@@ -37,6 +37,7 @@ from ..errors import RunFailed, SpecError, UserError
 from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
 from ..spec.load import Load
+from ..spec.report import ReportOutput
 from ..spec.run import BenchRun
 from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
 from ..spec.values import list_items, parse_extra_inputs
@@ -162,25 +163,24 @@ def _text(v: GridValue) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepConfig:
-    base: BenchRun  # every run's specs but the grid's, the seed and the folder
+    """A sweep as its specs: the base of every run, the grid, where it runs and what it writes."""
+
+    base: BenchRun  # every run's specs but the grid's, the seed and the folder (runs are quiet)
     grid: dict[str, list[GridValue]]
     repeats: int = 1
-    output_dir: Path = Path("artifacts/sweep")
-    virtual: bool = False
-    report: bool = True
-    png: bool = False
-    quiet: bool = False
-    force: bool = False  # a folder of another sweep: run every point again (no resume)
+    target: SweepTarget = field(default_factory=SweepTarget)  # folder, virtual time, --force
+    report: ReportOutput = field(default_factory=ReportOutput)
+    quiet: bool = False  # the sweep's own progress lines and table
     search: SweepSearch | None = None  # --search rate: probes instead of the grid (search.py)
 
     def expand(self) -> list[Params]:
         keys = list(self.grid)
         return [dict(zip(keys, combo)) for combo in itertools.product(*self.grid.values())]
 
-    def target(self) -> str:
-        if self.virtual:
+    def describe_target(self) -> str:
+        if self.target.virtual:
             return "simulator in virtual time (fresh engine per run: cold cache)"
         if self.base.target.url:
             return f"{self.base.target.url} (server as it is: its cache is not reset between runs)"
@@ -188,7 +188,7 @@ class SweepConfig:
 
 
 def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int, *,
-                 goodput: tuple[str, ...] = (), report: bool = True, png: bool = False,
+                 goodput: tuple[str, ...] = (), report: ReportOutput | None = None,
                  search: SweepSearch | None = None) -> SweepConfig:
     """The specs resolved: every run's base (runs are quiet) and the grid."""
     from ..spec.cache import BenchCache
@@ -198,9 +198,8 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
     base = bench_run(load, BenchTarget(url=target.url, output_dir=Path(target.output_dir)),
                      BenchCache(cache_size=BASE_CACHE_GB), goodput=goodput)
     base = replace(base, load=replace(base.load, quiet=True))
-    return SweepConfig(base=base, grid=sweep_grid(grid), repeats=repeats,
-                       output_dir=Path(target.output_dir), virtual=target.virtual,
-                       report=report, png=png, quiet=load.quiet, force=target.force,
+    return SweepConfig(base=base, grid=sweep_grid(grid), repeats=repeats, target=target,
+                       report=report or ReportOutput(), quiet=load.quiet,
                        search=search if search is not None and search.search else None)
 
 
@@ -214,9 +213,9 @@ def _validate(cfg: SweepConfig) -> None:
     if url and (sim_fields or "cache_gb" in cfg.grid):
         raise SpecError("url", "is your server: sweep `cache_size` and `grid_sim_params` only "
                         "on the simulator (no `url`)")
-    if cfg.virtual and url:
+    if cfg.target.virtual and url:
         raise SpecError("virtual", "runs the simulator's model; it takes no `url`")
-    if cfg.virtual and load.fixed_schedule:
+    if cfg.target.virtual and load.fixed_schedule:
         raise SpecError("virtual", "does not model `fixed_schedule`")
     check_sim_params(load.profile, cfg.grid)
     if cfg.search is not None:
@@ -245,7 +244,7 @@ def _profile_for(cfg: SweepConfig, params: Params) -> tuple[Profile, str]:
     data = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(derived).items()
             if k not in ("name", "calibration")}
     data["description"] = f"{prof.name} with {over} (mmdatagen sweep)"
-    path = Path(cfg.output_dir) / "profiles" / f"{point_name(params)}.yaml"
+    path = Path(cfg.target.output_dir) / "profiles" / f"{point_name(params)}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, yaml.safe_dump(data, sort_keys=False).encode())
     return derived, str(path)
@@ -285,6 +284,11 @@ def _capacity(prof: Profile, cache_gb: float | None) -> float:
     return prof.cache_target().resolve(cache_gb)
 
 
+def virtual_slots(load: Load) -> int:
+    """The dispatch core's slots in a virtual run: the concurrency, else (paced) its cap."""
+    return load.concurrency or (1024 if load.request_rate else 1)
+
+
 def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) -> Export:
     """One run in virtual time: the simulator's engine, exports written like ``bench``'s."""
     from ..export import build_export, write_exports
@@ -297,7 +301,7 @@ def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) 
     mx = extra.get("max_completion_tokens") or extra.get("max_tokens")
     policy = OutputPolicy(int(mx) if mx else None, int(extra.get("min_tokens") or 0),
                           bool(extra.get("ignore_eos", False)))
-    concurrency = ld.concurrency or (1024 if ld.request_rate else 1)
+    concurrency = virtual_slots(ld)
     res = run_simulation(Path(ld.input_file), prof, _capacity(prof, run.cache.cache_size),
                          concurrency, ld.request_count, ld.warmup_request_count, policy,
                          ld.streaming, ld.request_rate, ld.arrival, ld.seed,
@@ -318,45 +322,49 @@ def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) 
 
 
 class _Predictions:
-    """Virtual runs: the analysis' exact LRU prediction for the dataset in file order, one per
-    (cache, model, size); the dataset's trace read once per cache key."""
+    """Virtual runs: the analysis' exact prediction for one pass over the dataset in the order
+    the dispatch core starts it (``analyze --dispatch sessions --in-flight N``: the run's slots
+    replaying sessions, completions first-in first-out), one per (cache, model, size, slots);
+    the dataset's trace read once per cache key."""
 
     def __init__(self, dataset: Path) -> None:
         self.dataset = dataset
         self.traces: dict[str, Any] = {}
         self.done: dict[tuple[object, ...], dict[str, Any]] = {}
 
-    def get(self, prof: Profile, cache_gb: float | None) -> dict[str, Any]:
+    def get(self, prof: Profile, cache_gb: float | None, slots: int) -> dict[str, Any]:
         target = prof.cache_target()
         size = _capacity(prof, cache_gb)
-        key = (target.name, target.key, target.present, prof.model, size)
+        key = (target.name, target.key, target.present, prof.model, size, slots)
         if key not in self.done:
-            self.done[key] = self._predict(prof, size)
+            self.done[key] = self._predict(prof, size, slots)
         return self.done[key]
 
-    def _predict(self, prof: Profile, cache_gb: float) -> dict[str, Any]:
+    def _predict(self, prof: Profile, cache_gb: float, slots: int) -> dict[str, Any]:
         from ..analysis.predict import Semantics, analyze
         from ..analysis.trace import trace_from_dataset
+        from ..io.imageref import front_budget
         from ..vlm import resolve_model
 
         target = prof.cache_target()
         if target.key not in self.traces:
             self.traces[target.key] = trace_from_dataset(self.dataset, key_mode=target.key)
-        from ..io.imageref import front_budget
-
         insert = "schedule" if target.insert_on_lookup else "completion"
         model = resolve_model(prof.model)
         budget = front_budget(target, model, prof.encoder_budget, prof.token_budget)
         a = analyze(self.traces[target.key], model,
                     Semantics(target=target.name, oversize=target.oversize, insert=insert,
-                              encoder_budget=budget),
+                              encoder_budget=budget, in_flight=slots, dispatch="sessions",
+                              orders=1),
                     cache_bytes=[target.capacity(cache_gb)], want_curve=False)
         c = a.summary["capacities"][0]
         return {"references": a.summary["references"], "hits": c["hits"],
                 "misses": a.summary["references"] - c["hits"], "hit_rate": c["hit_rate"],
                 "model": prof.model, "cache_gb": cache_gb,
-                "order": "dataset file order (mmdatagen analyze)",
-                "note": "one pass in file order, warmup not counted separately"}
+                "order": f"the dispatch core's: {slots} slots replaying sessions, completions "
+                         "first-in first-out (mmdatagen analyze --dispatch sessions "
+                         f"--in-flight {slots})",
+                "note": "one pass over the dataset, warmup not counted separately"}
 
 
 def row_of(export: Export) -> dict[str, Any]:
@@ -397,7 +405,7 @@ def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
     from ..io.atomic import check_not_input, output_lock, reading
 
     _validate(cfg)
-    out = Path(cfg.output_dir)
+    out = Path(cfg.target.output_dir)
     with reading([cfg.base.load.input_file]), output_lock(out):  # one sweep per folder
         check_not_input(sweep_outputs(cfg))
         try:
@@ -406,7 +414,7 @@ def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
             raise UserError(f"cannot create {out}: {exc.strerror}") from None
         from .resume import Origin
 
-        origin = Origin(cfg.base, cfg.virtual, cfg.force, out)  # resume only the same sweep
+        origin = Origin(cfg.base, cfg.target.virtual, cfg.target.force, out)  # the same sweep
         return _sweep(cfg, out, log, origin)
 
 
@@ -416,7 +424,7 @@ def sweep_outputs(cfg: SweepConfig) -> list[Path]:
     from ..report.html import PLOTS_DIR, REPORT_NAME
     from .run import run_outputs
 
-    out = Path(cfg.output_dir)
+    out = Path(cfg.target.output_dir)
     from .resume import ORIGIN_NAME
     from .search import SEARCH_CSV
 
@@ -513,9 +521,9 @@ class _Runner:
         return export
 
     def _run(self, run: BenchRun, prof: Profile, what: str) -> Export:
-        if self.cfg.virtual:
+        if self.cfg.target.virtual:
             predicted = None if run.load.no_predict else \
-                self.predictions.get(prof, run.cache.cache_size)
+                self.predictions.get(prof, run.cache.cache_size, virtual_slots(run.load))
             return run_virtual(run, prof, predicted)
         from .run import finish_run, run_bench
 
@@ -536,7 +544,7 @@ class _Runner:
 def sweep_document(cfg: SweepConfig, points: list[SweepPoint]) -> SweepDoc:
     """``sweep.json``: the setting, then every point with its runs and summaries."""
     return {"mmdatagen_version": __version__, "dataset": str(cfg.base.load.input_file),
-            "target": cfg.target(), "grid": cfg.grid, "repeats": cfg.repeats,
+            "target": cfg.describe_target(), "grid": cfg.grid, "repeats": cfg.repeats,
             "goodput_slos": dict(cfg.base.slos) or None,
             "statistics": "mean over repeats; 95 % confidence interval of the mean with "
                           "Student's t (n-1 degrees of freedom); std is the sample standard "
@@ -555,10 +563,10 @@ def _write(cfg: SweepConfig, out: Path, doc: SweepDoc,
         from .search import SEARCH_CSV, search_csv
 
         atomic_write_bytes(out / SEARCH_CSV, search_csv(doc).encode())
-    if cfg.report:
+    if not cfg.report.no_report:
         from ..report.html import sweep_report
 
-        res.report = sweep_report(doc, representatives).write(out, png=cfg.png)
+        res.report = sweep_report(doc, representatives).write(out, png=cfg.report.png)
     return res
 
 
