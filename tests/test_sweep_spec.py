@@ -61,7 +61,7 @@ def test_config_from_specs(tmp_path):
                        build(SweepTarget, {"output_dir": tmp_path / "sw"}), 3,
                        goodput=("ttft:100",))
     assert cfg.grid == {"concurrency": [1, 2], "max_running": [4]}
-    assert cfg.repeats == 3 and cfg.output_dir == Path(tmp_path / "sw") and not cfg.quiet
+    assert cfg.repeats == 3 and cfg.target.output_dir == Path(tmp_path / "sw") and not cfg.quiet
     base = cfg.base
     assert base.load.quiet and base.load.seed == 7 and base.cache.cache_size == BASE_CACHE_GB
     assert base.slos == (("time_to_first_token", 100.0),)

@@ -80,7 +80,7 @@ def sweep(**v: Any) -> None:
 
     load = make(Load, {k: x for k, x in v.items() if k not in LOAD_SKIP})  # grid: lists
     cfg = sweep_config(load, make(SweepGrid, v), make(SweepTarget, v), make(Repeats, v).repeats,
-                       goodput=v["goodput"], report=not v["no_report"], png=v["png"],
+                       goodput=v["goodput"], report=make(ReportOutput, v),
                        search=make(SweepSearch, v))
     result = run_sweep(cfg)
     if load.quiet:
