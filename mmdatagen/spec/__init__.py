@@ -5,7 +5,8 @@
 - ``workload``, ``content``: the generators; ``merge``: ``merge``'s output; ``load``:
   ``bench``/``ab``; ``sweep``: the grid and target of ``sweep``; ``report``:
   ``--no-report``/``--png``; ``sim``: ``serve`` and ``simulate``; ``cache``: cache capacity and
-  keying (owned by the lead engineer).
+  keying (owned by the lead engineer); ``run``: one benchmark run (``BenchRun``, what ``bench``,
+  each ``ab`` run and each ``sweep`` run hand the loader), composed of the specs above.
 
 Library code takes the frozen dataclasses; only ``cli`` imports Click.
 """
