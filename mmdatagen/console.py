@@ -5,7 +5,7 @@ import math
 from typing import Any
 
 from .metrics import RECORD_METRICS
-from .outcomes import fault_lines
+from .outcomes import fault_lines, fault_name
 
 COLUMNS = ("avg", "min", "max", "p99", "p90", "p50", "std")
 RUN_ROWS = (("Output Token Throughput (tokens/sec)", "output_token_throughput"),
@@ -61,6 +61,9 @@ def _hit_lines(cache: dict) -> list[str]:
                    f"{pred['hits']:,}/{pred['references']:,}"
                    f" = {pred['hit_rate']:.1%}")
         out += band_lines(pred.get("band"))
+        for kind, n in (pred.get("faults") or {}).items():
+            out.append(f"  predicted engine faults: {n:,} requests fail inside the engine "
+                       f"({fault_name(kind)}, {kind})")
     elif pred and pred.get("note"):
         out.append(f"Image cache prediction: {pred['note']}")
     return out

@@ -369,4 +369,4 @@ def make_cache(target: CacheTarget, capacity: int, *, front_tokens: int | None =
     return OrderedCache(capacity, lru=target.eviction == "lru",
                         insert_on_lookup=target.insert_on_lookup,
                         touch_first=target.touch_request_first, oversize=target.oversize,
-                        stale_fault=engine_faults and "stale-judged-item" in target.faults)
+                        stale_fault=engine_faults and "vllm-mm-cache-mirror" in target.faults)

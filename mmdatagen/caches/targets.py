@@ -47,8 +47,9 @@ class CacheTarget:
     #: a cache asked first (by name: "vllm-encoder"); only its misses reach this cache
     front: str | None = None
     deployment: str = ""
-    #: the engine's own failures the model can reproduce ("stale-judged-item": vLLM 0.32's
-    #: API-server mirror fails a request whose insert evicted an item judged cached)
+    #: the engine's own failures the model can reproduce, by ``outcomes.KNOWN_FAULTS`` kind
+    #: ("vllm-mm-cache-mirror": vLLM 0.32's API-server mirror fails a request whose insert
+    #: evicted an item judged cached)
     faults: tuple[str, ...] = ()
 
     @property

@@ -6,8 +6,13 @@ A client knows when it sent request ``i`` (``s_i``) and when the first byte of i
 came before ``j`` when ``f_i < s_j``; otherwise their order is open. The consistent orders are
 the linear extensions of this interval order (exactly the orders one moment per window
 realises). A target with a later moment (entries released or present after encoding) adds one
-event per request in ``[s_i, t_i]``, after its lookup. The prediction's exact value replays send
-order, one of them. Three methods, the first that applies:
+event per request in ``[s_i, t_i]``, after its lookup.
+
+The same machinery takes windows on another axis: ``fcfs_windows`` turns the first tokens of a
+first-come-first-served engine into windows on the axis of first-token times (groups of one
+engine step, ordered; moments known only in real time placed between groups), and the
+prediction's log order (``--server-log``) gives points. Any windows with the interval-order
+meaning above will do. Three methods, the first that applies:
 
 1. Exact search. The events are placed one at a time; a state is the set placed so far (a
    prefix of the send order plus a few open windows past it: at most the concurrency) and the

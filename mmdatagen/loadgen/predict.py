@@ -8,13 +8,22 @@ order the server's cache saw them:
 
 - the simulator publishes that order (its cache timeline, per X-Request-ID): the prediction is
   then exact;
-- any other server: lookups in the order requests were sent, and a target's later moment
-  (encoder done, entries released, request complete) when the client saw the first token or
-  the end of the response. Exact at concurrency 1 and for targets whose entries are present
-  from the lookup on (vLLM's processor cache, Dynamo's aggregated cache). Where concurrent
-  requests leave the server's order open, the prediction carries the order band
-  (``loadgen/band.py``): the lowest and highest hits over every order consistent with the send
-  and first-byte times.
+- a server's log that names every request (``--server-log``; vLLM's --enable-log-requests logs
+  "Received request chatcmpl-<X-Request-ID>" as its caches take each request): that order,
+  exact;
+- any other server: the first-token order. An engine that serves first come, first served
+  (vLLM's, SGLang's and Dynamo's default) looks requests up in arrival order and never gives a
+  later request its first token earlier, so the first tokens the client saw give the order, up
+  to the requests of one engine step. A target's later moment (encoder done, entries released,
+  request complete) comes when the client saw the first token or the end of the response.
+  Exact at concurrency 1. With concurrent requests the prediction carries the order band
+  (``loadgen/band.py``): the lowest and highest hits over every order first come, first served
+  allows given the first tokens, and, beside it, over every order the send and first-byte times
+  allow whatever the scheduler.
+
+Against a real engine the cache model also fails where the engine's own bug does (vLLM 0.32's
+processor-cache mirror, ``caches.model``'s ``stale_fault``): such a request counts its lookups
+up to the failing item, and the prediction says how many requests fail (``faults``).
 
 The requests counted are those the engine processed (``outcomes.engine_processed``: an empty
 200 or a 5xx after preprocessing counts; a refused connection or a 4xx does not).
@@ -76,6 +85,7 @@ class ImageTracker:
     real_engine: bool = True  # replays model the engine's own faults (no simulator timeline)
     server_order: dict[str, int] | None = None  # X-Request-ID -> place in the server's log
     order_note: str | None = None  # why the server's log could not give the order
+    faulted: list[int] = field(default_factory=list)  # requests the replay failed (stale_fault)
 
     def __post_init__(self) -> None:
         self.identify = ImageIdentifier(self.target.key, memo_size=1 << 16)
@@ -222,6 +232,8 @@ class ImageTracker:
             flags = image_flags(self.target, cache.lookup(i, req.items), req.images)
             hits[i] = sum(flags)
             looked[i] = len(flags) - sum(cache.last_front)
+            if getattr(cache, "last_fault", None) is not None:
+                self.faulted.append(i)
         self.counters = cache.counters()
         return hits, looked
 
@@ -233,6 +245,7 @@ class ImageTracker:
         if not self.requests:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
         self.real_engine = timeline is None
+        self.faulted = []
         events, how = self.events(records, timeline)
         per_req, refs = self.replay(events)
         looked = np.zeros(len(self.requests), bool)
@@ -245,8 +258,11 @@ class ImageTracker:
                 else self.band(records, looked, keep, exact, slack_ns))
         band["family"] = _family(self.target)
         self.counters = counters  # the band's replays must not replace the exact one's
-        return {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
-                "order": how, "band": band, "per_request_hits": per_req}
+        out = {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
+               "order": how, "band": band, "per_request_hits": per_req}
+        if self.faulted:  # the engine's own bug, predicted: these requests fail at an item
+            out["faults"] = {kind: len(self.faulted) for kind in self.target.faults}
+        return out
 
     def band(self, records: list, looked: np.ndarray, keep: np.ndarray,
              exact: tuple[int, int], slack_ns: np.ndarray | None) -> dict:
