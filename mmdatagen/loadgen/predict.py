@@ -156,40 +156,49 @@ class ImageTracker:
         """Cache events ``(order, kind, request index)`` as the server saw them, and how the
         order was known."""
         by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
-        later = self.target.releases or not self.target.insert_on_lookup
-        out: list[tuple] = []
         if timeline is not None:
-            for i in range(len(self.requests)):
-                r = by_index.get(i)
-                seqs = timeline.get(r.x_request_id) if r is not None else None
-                if not seqs or seqs[0] is None:
-                    continue  # never looked up (rejected before the cache)
-                out.append((seqs[0], 0, i))
-                if later and seqs[1] is not None:
-                    out.append((seqs[1], 1, i))
-            return sorted(out), "the server's cache timeline (exact)"
+            return self._timeline_events(by_index, timeline), "the server's cache timeline (exact)"
         processed = [i for i in range(len(self.requests))
                      if i in by_index and engine_processed(by_index[i])]
-        logged = self.logged([by_index[i] for i in processed])
+        recs = [by_index[i] for i in processed]
+        logged = self.logged(recs)
+        later = self._later
+        at: list[int | None]
         if logged is not None:
-            for n, i in enumerate(processed):
-                out.append((2 * logged[n], 0, i))
-                if later and self.later_moment(by_index[i]) is not None:
-                    out.append((2 * logged[n] + 1, self.later_kind(by_index[i]), i))
-            return sorted(out), ("the server's log order (exact)" + (
-                ", later moments right after each lookup" if later else ""))
-        key = _fcfs_keys([by_index[i] for i in processed])
-        for n, i in enumerate(processed):
-            r = by_index[i]
-            out.append((r.start_ns if key is None else key[n], 0, i))
-            if later:
-                t = self.later_moment(r)
-                if t is not None:
-                    out.append((t, self.later_kind(r), i))
-        how = ("request start order" if key is None else
-               "first-token order (the engine serves first come, first served)")
-        how += ", later moments at first token / end of response" if later else ""
+            keys, at = [2 * p for p in logged], [2 * p + 1 for p in logged]
+            how = "the server's log order (exact)" + (
+                ", later moments right after each lookup" if later else "")
+        else:
+            fcfs = _fcfs_keys(recs)
+            keys = [r.start_ns for r in recs] if fcfs is None else fcfs
+            at = [self.later_moment(r) for r in recs]
+            how = ("request start order" if fcfs is None else
+                   "first-token order (the engine serves first come, first served)")
+            how += ", later moments at first token / end of response" if later else ""
+        out: list[tuple] = []
+        for n, (i, r) in enumerate(zip(processed, recs)):
+            out.append((keys[n], 0, i))
+            if later and self.later_moment(r) is not None:
+                out.append((at[n], self.later_kind(r), i))
         return sorted(out), how
+
+    @property
+    def _later(self) -> bool:
+        """The target has a later moment per request (entries released, or present only
+        after encoding or completion)."""
+        return self.target.releases or not self.target.insert_on_lookup
+
+    def _timeline_events(self, by_index: dict, timeline: dict) -> list[tuple]:
+        out: list[tuple] = []
+        for i in range(len(self.requests)):
+            r = by_index.get(i)
+            seqs = timeline.get(r.x_request_id) if r is not None else None
+            if not seqs or seqs[0] is None:
+                continue  # never looked up (rejected before the cache)
+            out.append((seqs[0], 0, i))
+            if self._later and seqs[1] is not None:
+                out.append((seqs[1], 1, i))
+        return sorted(out)
 
     def logged(self, records: list) -> list[int] | None:
         """Each record's place in the server's log (``server_order``), or None when there is
@@ -275,29 +284,22 @@ class ImageTracker:
         slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
         idx = sorted(np.flatnonzero(looked).tolist(),
                      key=lambda i: (by_index[i].start_ns - slack[i], i))
-        recs = [by_index[i] for i in idx]
-        sl = slack[idx].astype(np.int64)
-        start = np.array([r.start_ns for r in recs], np.int64)
-        reply = np.array([_first_byte(r) for r in recs], np.int64)
-        later = self.target.releases or not self.target.insert_on_lookup
-        fin = np.array([self.later_moment(r) or _first_byte(r) for r in recs],
-                       np.int64) if later else None
+        t = _Times([by_index[i] for i in idx], slack[idx].astype(np.int64), self._later,
+                   self.later_moment)
         weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
-        fail = [self.later_kind(r) == 2 for r in recs]
-        logged = self.logged(recs)
+        fail = [self.later_kind(r) == 2 for r in t.recs]
+        logged = self.logged(t.recs)
         if logged is not None:
-            return self.logged_band(idx, np.array(logged, np.int64), start, fin, weights,
+            return self.logged_band(idx, np.array(logged, np.int64), t.start, t.fin, weights,
                                     fail, exact)
-        s, f = start - sl, reply + sl
-        if known_order(s, f if fin is None else np.maximum(f, fin + sl)):
+        s, f, fin = t.start - t.slack, t.reply + t.slack, t.fin
+        if known_order(s, f if fin is None else np.maximum(f, fin + t.slack)):
             return _known_band(exact, "known (no two requests' windows overlap)")
-        any_order = self._band(idx, s, f, None if fin is None else fin + sl, None, weights,
+        any_order = self._band(idx, s, f, None if fin is None else fin + t.slack, None, weights,
                                fail)
-        first = np.array([-1 if r.first_token_ns is None else r.first_token_ns for r in recs],
-                         np.int64)
-        if not (first >= 0).any():
+        if not (t.first >= 0).any():
             return any_order
-        w = fcfs_windows(start, first, reply, fin, sl)
+        w = fcfs_windows(t.start, t.first, t.reply, fin, t.slack)
         pos = np.argsort(w.lo, kind="stable")
         fcfs = self._band([idx[p] for p in pos], w.lo[pos], w.hi[pos],
                           None if w.later_hi is None else w.later_hi[pos],
@@ -338,6 +340,19 @@ class ImageTracker:
         (low, high), (low_all, high_all) = res.bounds
         return {"low": low, "high": high, "width": high - low, "method": res.method,
                 "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
+
+
+class _Times:
+    """The client's times of the processed requests (send order), as the band needs them."""
+
+    def __init__(self, recs: list, slack: np.ndarray, later: bool, moment: Any) -> None:
+        self.recs, self.slack = recs, slack
+        self.start = np.array([r.start_ns for r in recs], np.int64)
+        self.reply = np.array([_first_byte(r) for r in recs], np.int64)
+        self.first = np.array([-1 if r.first_token_ns is None else r.first_token_ns
+                               for r in recs], np.int64)
+        self.fin = np.array([moment(r) or _first_byte(r) for r in recs],
+                            np.int64) if later else None
 
 
 def _fcfs_keys(records: list) -> list[int] | None:
