@@ -127,7 +127,19 @@ class Core(Generic[S, T]):
         if slot.ticket:  # the driver came back at the ticket's time
             slot.ticket = False
             ph.tickets -= 1
-            return self._send(slot, ph, now)
+        else:
+            step = self._admit(slot, ph, now)
+            if step != SEND:
+                return step
+        if ph.duration is not None and ph.started is not None and now - ph.started >= ph.duration:
+            self.stopped = True
+            return DONE
+        ph.in_flight += 1
+        slot.phase, slot.sent_in = ph.name, ph
+        return SEND
+
+    def _admit(self, slot: Slot[S, T], ph: Phase, now: float) -> int:
+        """A request of ``slot`` in phase ``ph``: the count, the slot's next turn, the pacer."""
         if ph.count is not None and ph.issued >= ph.count:
             if self.current + 1 < len(self.phases):
                 self.held.append(slot)
@@ -144,7 +156,7 @@ class Core(Generic[S, T]):
                 slot.ticket, slot.at, slot.phase = True, at, ph.name
                 ph.tickets += 1
                 return WAIT
-        return self._send(slot, ph, now)
+        return SEND
 
     def _open_session(self, slot: Slot[S, T]) -> bool:
         """Give ``slot`` the next session's first turn; False (the slot retires) when none."""
@@ -157,14 +169,6 @@ class Core(Generic[S, T]):
             return False
         slot.session, slot.turn, slot.opens = session, turn, True
         return True
-
-    def _send(self, slot: Slot[S, T], ph: Phase, now: float) -> int:
-        if ph.duration is not None and ph.started is not None and now - ph.started >= ph.duration:
-            self.stopped = True
-            return DONE
-        ph.in_flight += 1
-        slot.phase, slot.sent_in = ph.name, ph
-        return SEND
 
     def complete(self, slot: Slot[S, T], now: float) -> T | None:
         """The request ``slot`` sent has completed (or failed) at ``now``: the session's next

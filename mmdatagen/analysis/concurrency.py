@@ -20,7 +20,6 @@ event (``completion_flags``, ``kernels.completion_kernel``), one capacity per pa
 from __future__ import annotations
 
 from collections import deque
-from typing import cast
 
 import numpy as np
 
@@ -61,15 +60,13 @@ def _session_events(groups: list[np.ndarray], in_flight: int, rng) -> np.ndarray
                                           [Phase(PROFILING)])
     out: list[int] = []
     running: deque[tuple[int, Slot[Replayed[int], int]]] = deque()  # in dispatch order
-
-    def ask(slot: Slot[Replayed[int], int]) -> None:
-        if core.next(slot, 0.0) == SEND:
-            row = cast(int, slot.turn)
-            running.append((row, slot))
-            out.append(row)
-
-    for _ in range(in_flight):
-        ask(core.add_slot())
+    ask, complete, emit, queue = core.next, core.complete, out.append, running.append
+    for _ in range(in_flight):  # then each completion lets its slot ask again
+        slot = core.add_slot()
+        if ask(slot, 0.0) == SEND:
+            row: int = slot.turn  # type: ignore[assignment]  # a sent turn is a row
+            queue((row, slot))
+            emit(row)
     while running:
         if rng is None:
             row, slot = running.popleft()
@@ -77,9 +74,12 @@ def _session_events(groups: list[np.ndarray], in_flight: int, rng) -> np.ndarray
             k = int(rng.integers(len(running)))
             row, slot = running[k]
             del running[k]
-        out.append(~row)
-        core.complete(slot, 0.0)
-        ask(slot)
+        emit(~row)
+        complete(slot, 0.0)
+        if ask(slot, 0.0) == SEND:
+            row = slot.turn  # type: ignore[assignment]
+            queue((row, slot))
+            emit(row)
     return np.array(out, np.int64)
 
 
