@@ -227,3 +227,23 @@ def test_merged_records_are_the_shifted_union_byte_for_byte(tmp_path):
     assert len(res.records) == 80 and res.export["request_count"]["avg"] == len(ttft)
     for stat, q in (("p50", 50), ("p99", 99), ("min", 0)):
         assert res.export["time_to_first_token"][stat] == pytest.approx(np.percentile(ttft, q))
+
+
+@pytest.mark.parametrize("items,needle", [
+    (b"not json\n", "not a cache_items.jsonl header"),
+    (b'{"target": "vllm-processor"}\n', "not a cache_items.jsonl header ('cache_size')"),
+    (b'{"target": "vllm-processor", "cache_size": 4, "front": null, "bytes_per_token": 2, '
+     b'"model": "m"}\n{"images": 1, "items": [["k", 5]]}\n{"images": 1}\n',
+     "not a cache_items.jsonl line ('items')"),
+])
+def test_merge_runs_names_a_bad_cache_items_file(tmp_path, items, needle):
+    for k in range(2):
+        _fake_worker(tmp_path / f"w{k}", k, 2)
+        (tmp_path / f"w{k}" / "cache_items.jsonl").write_bytes(
+            items if k else b'{"target": "vllm-processor", "cache_size": 4, "front": null, '
+                            b'"bytes_per_token": 2, "model": "m"}\n')
+    res = _mmdatagen("merge-runs", tmp_path / "w0", tmp_path / "w1", "--output-dir",
+                     tmp_path / "out")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert needle in res.stderr and "w1/cache_items.jsonl" in res.stderr
+    assert not (tmp_path / "out" / "profile_export_mmdatagen.json").exists()

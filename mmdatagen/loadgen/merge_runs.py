@@ -101,12 +101,44 @@ def _table(w: Worker, base: int) -> RecordTable:
     return t
 
 
+def _items_head(path: Path, line: bytes) -> dict:
+    """The header of a worker's ``cache_items.jsonl``: its cache and model geometry."""
+    try:
+        head = orjson.loads(line)
+        if not isinstance(head, dict):
+            raise TypeError("not an object")
+        missing = [k for k in ("target", "cache_size", "front", "bytes_per_token", "model")
+                   if k not in head]
+        if missing:
+            raise KeyError(missing[0])
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{path}: not a {CACHE_ITEMS_NAME} header ({exc})") from None
+    return head
+
+
+def _add_requests(path: Path, requests: list, lines: list[bytes], pairs: dict[tuple, tuple],
+                  timeline: dict[str, Any]) -> None:
+    """Append the requests of ``cache_items.jsonl`` lines (a cache item shared by many
+    requests is one tuple in ``pairs``), their server cache events to ``timeline``."""
+    from .predict import _Request
+
+    try:
+        for line in lines:
+            d = orjson.loads(line)
+            items = [pairs.setdefault(t, t) for t in map(tuple, d["items"])]
+            requests.append(_Request(items, d["images"]))
+            if d.get("seqs") is not None and d.get("x_request_id"):
+                timeline[d["x_request_id"]] = d["seqs"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{path}: not a {CACHE_ITEMS_NAME} line ({exc})") from None
+
+
 def merged_prediction(workers: list[Worker], table: RecordTable) -> dict | None:
     """The prediction replayed over every worker's requests in the server's order; the
     per-request predictions go into ``table``."""
     from ..caches import get_target
     from ..vlm import generic_model
-    from .predict import ImageTracker, _Request, prediction_result
+    from .predict import ImageTracker, prediction_result
 
     files = [w.path / CACHE_ITEMS_NAME for w in workers]
     if not all(f.is_file() for f in files):
@@ -115,29 +147,26 @@ def merged_prediction(workers: list[Worker], table: RecordTable) -> dict | None:
     tracker: ImageTracker | None = None
     timeline: dict[str, Any] = {}
     model_name = ""
-    slack: list[int] = []  # per request: its worker's clock uncertainty (widens the band)
-    keys: dict[str, str] = {}  # one string per cache key (a million requests share few)
+    slack: list[np.ndarray] = []  # per request: its worker's clock uncertainty (widens the band)
+    pairs: dict[tuple, tuple] = {}  # one (key, size) per cache item (a million requests share few)
     for w, f in zip(workers, files):
-        lines = iter(f.read_bytes().splitlines())
-        head = orjson.loads(next(lines))
+        with open(f, "rb") as fh:
+            head = _items_head(f, fh.readline())
+            if tracker is None:
+                model_name = head["model"]
+                model = generic_model(1, int(head["bytes_per_token"]))
+                tracker = ImageTracker(model, get_target(head["target"]), head["cache_size"],
+                                       None, head["front"])
+            before = len(tracker.requests)
+            while lines := fh.readlines(1 << 22):
+                _add_requests(f, tracker.requests, lines, pairs, timeline)
         unc = int((w.shard.get("clock") or {}).get("uncertainty_ns") or 0)
-        if tracker is None:
-            model_name = head["model"]
-            model = generic_model(1, int(head["bytes_per_token"]))
-            tracker = ImageTracker(model, get_target(head["target"]), head["cache_size"], None,
-                                   head["front"])
-        for line in lines:
-            d = orjson.loads(line)
-            tracker.requests.append(_Request([(keys.setdefault(k, k), s) for k, s in d["items"]],
-                                             d["images"]))
-            slack.append(unc)
-            if d.get("seqs") is not None and d.get("x_request_id"):
-                timeline[d["x_request_id"]] = d["seqs"]
+        slack.append(np.full(len(tracker.requests) - before, unc, np.int64))
     assert tracker is not None
     dispatched = np.flatnonzero(table.dispatch_index != NONE)
     records = table.records(dispatched)
     pred = prediction_result(tracker, None, records, len(tracker.requests),
-                             timeline if timeline else None, np.array(slack, np.int64))
+                             timeline if timeline else None, np.concatenate(slack))
     table.predicted_hits[dispatched] = [NONE if r.predicted_hits is None else r.predicted_hits
                                         for r in records]
     if pred is not None and "model" in pred:  # the workers' model (sizes came with the items)
