@@ -27,3 +27,23 @@ def write_pool_dataset(path: Path, num_requests: int = 1000, pool_size: int = 20
                                image_content="solid", delivery="data-url"))
     output = validate(Output(seed=seed, output=str(path), quiet=True, force=True, workers=1))
     return make_dataset(workload, content, output).path
+
+
+def write_sliding_dataset(path: Path, users: int = 30, turns: int = 8, window: int = 5,
+                          size: tuple[int, int] = (2400, 1080), text_tokens: int = 8000,
+                          seed: int = 0) -> Path:
+    """Seed B's shape: ``mmdatagen sliding-window --users U --turns T --window W --image-size
+    WxH --text-tokens N --seed S --image-content solid`` (turn-major rows with ``session_id``,
+    base64 data URLs; solid colours keep the 360 images small: the simulator prices an image
+    by its size, not its bytes); returns the JSONL path."""
+    from mmdatagen.dataset import make_dataset
+    from mmdatagen.spec.base import validate
+    from mmdatagen.spec.content import SLIDING_WINDOW_CONTENT, Content, Output
+    from mmdatagen.spec.workload import SlidingWindowWorkload
+
+    workload = validate(SlidingWindowWorkload(users=users, turns=turns, window=window))
+    content = validate(Content(**{**SLIDING_WINDOW_CONTENT, "text_tokens": text_tokens,
+                                  "image_size": f"{size[0]}x{size[1]}",
+                                  "image_content": "solid", "delivery": "data-url"}))
+    output = validate(Output(seed=seed, output=str(path), quiet=True, force=True, workers=1))
+    return make_dataset(workload, content, output).path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -74,6 +75,10 @@ def test_recovers_known_costs_and_predicts_held_out(runs, tmp_path):
         got = getattr(prof, name)
         assert abs(got / true - 1) <= TOLERANCE[name], (name, got, true)
         assert params[name]["se"] > 0
+    corr = np.array(prof.calibration["correlation"])  # what the what-if's interval uses
+    assert corr.shape == (len(cal.PARAMS),) * 2 and np.allclose(corr, corr.T)
+    assert np.allclose(np.diag(corr), 1.0) and np.all(np.abs(corr) <= 1.0)
+    assert np.all(np.linalg.eigvalsh(corr) > -1e-9)  # a covariance, positive semi-definite
     for key in HELD_OUT:
         run = cal.load_run(runs[key], "vllm-processor")
         measured, predicted = cal.measured(run), cal.predict(run, prof)

@@ -34,14 +34,18 @@ def simulate(dataset: Path, **v: Any) -> None:
     export shape as ``mmdatagen bench``, from the simulator's performance model."""
     from ..console import console_table
     from ..sim.study import cache_line
-    from ..sim.virtual import sweep_table
+    from ..sim.whatif import whatif_table
 
     run = make(VirtualRun, v)
     study = _simulate(dataset, run, v)
+    if study.whatif is not None and run.output_dir is not None:
+        from ..report.html import whatif_report
+
+        whatif_report(study.whatif).write(Path(run.output_dir))
     if run.quiet:
         return
     if study.sweep is not None:
-        click.echo(sweep_table(study.sweep, study.unit))
+        click.echo(whatif_table(study.sweep, study.unit, study.slo))
         click.echo("(simulated: mmdatagen's performance model, not a measurement)")
     elif study.export is not None and study.cache is not None:
         click.echo(console_table(study.export))
@@ -55,6 +59,7 @@ def _simulate(dataset: Path, run: VirtualRun, v: dict[str, Any]) -> Any:
     from ..io.atomic import check_not_input, output_lock, reading
     from ..io.manifest import manifest_path
     from ..metrics import EXPORT_NAME, RECORDS_NAME
+    from ..report.html import REPORT_NAME
     from ..sim.study import simulate_dataset
 
     with contextlib.ExitStack() as stack:
@@ -62,6 +67,7 @@ def _simulate(dataset: Path, run: VirtualRun, v: dict[str, Any]) -> Any:
         if run.output_dir is not None:
             out = Path(run.output_dir)
             stack.enter_context(output_lock(out))
-            check_not_input([out / EXPORT_NAME, out / RECORDS_NAME, out / "sweep.json"])
+            check_not_input([out / EXPORT_NAME, out / RECORDS_NAME, out / "sweep.json",
+                             out / REPORT_NAME])
         cache, sweep = simulate_caches(v)  # one --cache-size, or several to sweep
         return simulate_dataset(dataset, make(Engine, v), cache, sweep, run, make(Geometry, v))

@@ -220,3 +220,52 @@ def cache_size_figure(points: list[SweepPoint], key: str = "sweep_hit_rate", uni
             if any(y is not None for y in ys):
                 fig.series.append(Series(label + suffix, xs, ys, "line", dashed=dashed))
     return None if fig.empty() else fig.colored()
+
+
+def _band_series(label: str, xs: list[float], rows: list[dict], metric: str, color: str
+                 ) -> list[Series]:
+    """A metric's line, and its interval's two edges (dashed) when the rows carry one."""
+    out = [Series(label, xs, [r.get(metric) for r in rows], color=color)]
+    bands = [(r.get("interval") or {}).get(metric) for r in rows]
+    if any(bands):
+        for edge, name in ((0, "low"), (1, "high")):
+            out.append(Series(f"{label} {name}", xs, [b[edge] if b else None for b in bands],
+                              color=color, dashed=True))
+    return out
+
+
+def whatif_figures(doc: dict[str, Any]) -> list[Figure]:
+    """The what-if's plots (``simulate --cache-size a,b,c``, its sweep.json ``doc``): TTFT
+    against cache size with the knee and the SLO marked, hit rate and request throughput
+    against cache size; each metric with its interval's edges (dashed) when the profile
+    carries a calibration."""
+    knee, met = doc.get("knee"), doc.get("slo_met")
+    rows = sorted(doc["rows"], key=lambda r: r["cache_gb"])
+    xs = [float(r["cache_gb"]) for r in rows]
+    unit = doc.get("unit", "GiB")
+    ttft = Figure("whatif_ttft", "TTFT vs cache size", f"cache ({unit})", "TTFT (ms)", y_min=0.0)
+    for i, (metric, label) in enumerate((("ttft_p50", "p50"), ("ttft_p99", "p99"),
+                                         ("time_to_first_token", "avg"))):
+        ttft.series += _band_series(label, xs, rows, metric, PALETTE[i])
+    notes = []
+    if knee is not None:
+        y = next(r["ttft_p50"] for r in rows if r["cache_gb"] == knee)
+        ttft.series.append(Series("knee", [knee], [y], "scatter", color="#000000"))
+        notes.append(f"knee at {knee:g} {unit}")
+    slo = doc.get("slo")
+    if slo:
+        ttft.series.append(Series(f"SLO {slo[1]:g} ms", [xs[0], xs[-1]], [slo[1], slo[1]],
+                                  color="#7f7f7f", dashed=True))
+        if met is not None:
+            y = next(r[slo[0]] for r in rows if r["cache_gb"] == met)
+            ttft.series.append(Series("SLO met from", [met], [y], "scatter", color="#2ca02c"))
+        notes.append(f"SLO met from {met:g} {unit}" if met is not None else "SLO not met")
+    ttft.note = "; ".join(notes)
+    hits = Figure("whatif_hit_rate", "hit rate vs cache size", f"cache ({unit})", "hit rate (%)",
+                  series=_band_series("hit rate", xs, rows, "hit_rate", PALETTE[0]), y_min=0.0,
+                  y_max=100.0)
+    rps = Figure("whatif_throughput", "request throughput vs cache size", f"cache ({unit})",
+                 "requests/s",
+                 series=_band_series("req/s", xs, rows, "request_throughput", PALETTE[0]),
+                 y_min=0.0)
+    return [ttft, hits, rps]

@@ -23,7 +23,7 @@ from . import svg
 
 REPORT_NAME = "report.html"
 PLOTS_DIR = "plots"
-ReportKind = Literal["bench", "ab", "compare", "sweep"]  # the page's data-kind
+ReportKind = Literal["bench", "ab", "compare", "sweep", "whatif"]  # the page's data-kind
 
 
 class ReportFiles(TypedDict):
@@ -430,3 +430,36 @@ def _add_first_repeats(rep: Report, reps: F.Runs) -> None:
     label, last = reps[-1]
     rep.add_figures(f"Timeline: {label} (first repeat)",
                     F.timeline_figures(label, last, "last_point"), note=_timeline_note(last))
+
+
+WHATIF_COLS = (("hit_rate", "Hit rate %"), ("time_to_first_token", "TTFT avg ms"),
+               ("ttft_p50", "TTFT p50 ms"), ("ttft_p99", "TTFT p99 ms"),
+               ("request_throughput", "Req/s"), ("output_token_throughput", "Output TPS"))
+
+
+def whatif_report(doc: dict[str, Any]) -> Report:
+    """``simulate --cache-size a,b,c``'s report (its sweep.json ``doc``): the table (each value
+    with its interval from the calibration's uncertainty, when the profile has one) and the
+    curves against cache size, with the knee and where the SLO is met."""
+    unit = doc.get("unit", "GiB")
+    rep = Report("whatif", "mmdatagen simulate: what each cache size buys",
+                 f"dataset {doc.get('dataset')} · profile {doc.get('profile')} · simulated "
+                 "(mmdatagen's performance model, not a measurement)")
+    head = [f"Cache {unit}", *(h for _, h in WHATIF_COLS)]
+    rows = []
+    for r in sorted(doc["rows"], key=lambda r: r["cache_gb"]):
+        cells = [cell(r["cache_gb"])]
+        for key, _ in WHATIF_COLS:
+            band = (r.get("interval") or {}).get(key)
+            text = fmt(r.get(key)) + (f" [{fmt(band[0])} - {fmt(band[1])}]" if band else "")
+            cells.append(f"<td>{escape(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    rep.add("What-if table", table(head, rows))
+    method = doc.get("interval")
+    rep.add_figures("Against cache size", F.whatif_figures(doc), note=(
+        f"Intervals: {method}." if method else "No intervals: the profile carries no "
+        "calibration uncertainty (fit one with mmdatagen calibrate).")
+        + " Knee: the size where the TTFT p50 curve is furthest below the straight line from "
+        "the smallest to the largest size. SLO met: the smallest size whose value (the "
+        "interval's upper end) is within the objective.")
+    return rep

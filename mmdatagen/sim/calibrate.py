@@ -176,6 +176,8 @@ class Fit:
     held: dict[str, float]
     spread: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
+    #: correlation of the estimates, rows and columns in :data:`PARAMS` order (held: 0, own 1)
+    correlation: list[list[float]] = field(default_factory=list)
 
 
 def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
@@ -231,7 +233,21 @@ def _solve(x: np.ndarray, y: np.ndarray, label: np.ndarray, names: list[str],
     se = {**{n: 0.0 for n in hold}, **{n: math.sqrt(max(float(cov[i, i]), 0.0))
                                        for i, n in enumerate(names)}}
     rows = {g: int((label == g).sum()) for g in sorted(set(label.tolist()))}
-    return Fit({p: values[p] for p in PARAMS}, {p: se[p] for p in PARAMS}, hold, spread, rows)
+    return Fit({p: values[p] for p in PARAMS}, {p: se[p] for p in PARAMS}, hold, spread, rows,
+               _correlation(cov, names))
+
+
+def _correlation(cov: np.ndarray, names: list[str]) -> list[list[float]]:
+    """The estimates' correlation matrix over :data:`PARAMS` (a held parameter: row of 0)."""
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    full = np.zeros((len(PARAMS), len(PARAMS)))
+    at = [PARAMS.index(n) for n in names]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = np.where(np.outer(sd, sd) > 0, cov / np.outer(sd, sd), 0.0)
+    full[np.ix_(at, at)] = np.clip(corr, -1.0, 1.0)
+    for i in at:
+        full[i, i] = 1.0
+    return [[round(float(v), 6) for v in row] for row in full]
 
 
 def unidentified(x: np.ndarray) -> list[int]:
@@ -294,7 +310,8 @@ def fitted_profile(base: Profile, result: Fit, runs: list[Run], name: str) -> Pr
     calibration = {"base_profile": base.name, "runs": [str(r.path) for r in runs],
                    "held": sorted(result.held), "rows": result.rows,
                    "parameters": {p: {"value": result.values[p], "se": result.se[p]}
-                                  for p in PARAMS}}
+                                  for p in PARAMS},
+                   "correlation": result.correlation}
     return replace(base, calibration=calibration, **changes).validate()
 
 

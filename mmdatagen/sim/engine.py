@@ -10,6 +10,7 @@ This is a performance model, not a language model: it produces token counts and 
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -25,13 +26,14 @@ GIB = 1 << 30
 @dataclass(frozen=True)
 class SimImage:
     """One image as the engine sees it: cache key (``io.imageref.Identity.key``), embedding
-    tokens and accounted cache bytes."""
+    tokens, accounted cache bytes and the pixels the frontend decodes (0: nothing to decode)."""
 
     key: Hashable
     tokens: int
     prompt_tokens: int
     nbytes: int
     is_url: bool = False
+    pixels: int = 0
 
 
 class SimRequest:
@@ -109,6 +111,7 @@ class Engine:
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.frontend_free = 0.0
+        self.decoders_free = [0.0] * profile.decode_workers  # a min-heap of decoder free times
         self.encoder_free = 0.0
         self.steps = 0
         self.busy_ms = 0.0
@@ -144,18 +147,33 @@ class Engine:
     def frontend_ready_at(self, req: SimRequest, now: float) -> float:
         """When the serial frontend hands ``req`` to the engine (reserves the frontend). A cache
         looked up on arrival (vLLM's processor cache) is consulted here, and a hit skips the
-        image's preprocessing."""
+        image's preprocessing. Image decoding runs on the serial frontend, or first on the
+        decoder pool when the profile has one (``decode_workers``)."""
         p = self.p
         fetch = p.url_fetch_ms if any(im.is_url for im in req.images) else 0.0
+        ready = now + fetch
+        decode = [p.decode_ms_per_mpixel * im.pixels / 1e6 for im in req.images
+                  if im.pixels and p.decode_ms_per_mpixel]
+        if decode and self.decoders_free:
+            ready, decode = self._decoded_at(ready, decode), []
         processed = len(req.images)
         if self.target.lookup == "arrival":
             processed = sum(not hit for hit in self._lookup(req))
-        cost = p.frontend_request_ms + p.frontend_image_ms * processed
+        cost = p.frontend_request_ms + p.frontend_image_ms * processed + sum(decode)
         if cost == 0.0:
-            return now + fetch
-        start = max(now + fetch, self.frontend_free)
+            return ready
+        start = max(ready, self.frontend_free)
         self.frontend_free = start + cost
         return self.frontend_free
+
+    def _decoded_at(self, now: float, costs: list[float]) -> float:
+        """When the decoder pool has decoded every image (each on the first free decoder)."""
+        free, done = self.decoders_free, now
+        for cost in costs:
+            end = max(now, heapq.heappop(free)) + cost
+            heapq.heappush(free, end)
+            done = max(done, end)
+        return done
 
     def add(self, req: SimRequest) -> None:
         """Put a request (past the frontend) in the waiting queue."""

@@ -25,7 +25,11 @@ class Profile:
     + ``per_encoder_image_ms`` x encoded images, of which ``encoder_async_fraction`` runs instead
     on a serial encoder queue beside the steps (delaying only that request's prefill). Before the engine, a serial frontend spends
     ``frontend_request_ms`` + ``frontend_image_ms`` x images per request, after a fixed
-    ``url_fetch_ms`` per http(s) image (not serial).
+    ``url_fetch_ms`` per http(s) image (not serial). Decoding an image costs
+    ``decode_ms_per_mpixel`` x its megapixels: on the serial frontend when ``decode_workers`` is
+    0 (vLLM's API server decodes in its one process), else on a pool of that many decoders
+    ahead of it (Dynamo's frontend decoding: the images of every request decode in parallel,
+    off the engine's serial path).
     """
 
     name: str = "custom"
@@ -43,6 +47,8 @@ class Profile:
     frontend_request_ms: float = 0.0
     frontend_image_ms: float = 0.0
     url_fetch_ms: float = 0.0
+    decode_ms_per_mpixel: float = 0.0
+    decode_workers: int = 0
     default_image_size: tuple[int, int] = (640, 480)
     cache: str = DEFAULT_TARGET
     key_mode: str | None = None
@@ -60,7 +66,8 @@ class Profile:
         """True when no work costs time: requests complete as soon as they are parsed."""
         return not any((self.step_base_ms, self.per_seq_ms, self.per_prefill_token_ms,
                         self.per_encoder_token_ms, self.per_encoder_image_ms,
-                        self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms))
+                        self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms,
+                        self.decode_ms_per_mpixel))
 
     def validate(self) -> Profile:
         """Every field's type, finiteness and range (a YAML file, ``--sim-arg`` or a sweep's

@@ -89,7 +89,7 @@ class ImageResolver:
             raise RequestError(400, f"invalid image: {type(exc).__name__}") from None
         w, h = (ident.width, ident.height) if ident.width > 0 else self.p.default_image_size
         tokens, prompt, nbytes = self._sized(w, h)
-        return SimImage(ident.key, tokens, prompt, nbytes, ident.remote)
+        return SimImage(ident.key, tokens, prompt, nbytes, ident.remote, w * h)
 
 
 def _text_tokens(text: str, bytes_per_token: float) -> int:

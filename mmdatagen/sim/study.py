@@ -73,6 +73,8 @@ class Study:
     sweep: list[dict] | None = None
     profile: str = ""
     unit: str = "GiB"  # of the cache sizes: the profile's cache target's
+    slo: tuple[str, float] | None = None  # the what-if's objective (row key, ms)
+    whatif: dict | None = None  # the sweep's document (sweep.json): what its report shows
 
 
 def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
@@ -91,8 +93,12 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
               burstiness=run.burstiness, ramp_to=run.ramp_to,
               model=engine_model(prof, geometry))
     if sweep.cache_size:
-        return Study(sweep=_sweep(Path(dataset), prof, sweep.sizes(), run, kw),
-                     profile=prof.name, unit=prof.cache_target().unit)
+        from .whatif import parse_slo
+
+        slo = parse_slo(sweep.slo)
+        unit = prof.cache_target().unit
+        doc = _sweep(Path(dataset), prof, sweep.sizes(), run, kw, (unit, slo))
+        return Study(sweep=doc["rows"], profile=prof.name, unit=unit, slo=slo, whatif=doc)
     return _one(Path(dataset), prof, cache, run, extra, concurrency, kw)
 
 
@@ -131,23 +137,29 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
     return Study(export=export, cache=counters, profile=prof.name)
 
 
-def _sweep(dataset: Path, prof: Profile, sizes: list[float], run: VirtualRun, kw: dict
-           ) -> list[dict]:
+def _sweep(dataset: Path, prof: Profile, sizes: list[float], run: VirtualRun, kw: dict,
+           shown: tuple[str, tuple[str, float] | None]) -> dict:
+    """The what-if document: its rows (``sim.whatif``), the sizes' unit and the SLO
+    (``shown``), the interval's method; with an output folder also written as ``sweep.json``."""
     import orjson
 
     from ..io.atomic import atomic_open
-    from .virtual import load_turns, sweep_cache
+    from .virtual import load_turns
+    from .whatif import METHOD, knee, slo_met, uncertainty, whatif
 
     kw = dict(kw)
     turns = load_turns(dataset, prof, kw.pop("model", None))
-    rows = sweep_cache(turns, prof, sizes, request_count=run.request_count or len(turns),
-                       wrap=run.request_count is not None, **kw)
+    rows = whatif(turns, prof, sizes, request_count=run.request_count or len(turns),
+                  wrap=run.request_count is not None, **kw)
+    doc = {"profile": prof.name, "dataset": str(dataset), "unit": shown[0],
+           "interval": METHOD if uncertainty(prof) else None,
+           "slo": list(shown[1]) if shown[1] else None, "knee": knee(rows),
+           "slo_met": slo_met(rows, shown[1]), "rows": rows}
     if run.output_dir is not None:
         Path(run.output_dir).mkdir(parents=True, exist_ok=True)
         with atomic_open(Path(run.output_dir) / "sweep.json", "wb") as fh:
-            fh.write(orjson.dumps({"profile": prof.name, "dataset": str(dataset), "rows": rows},
-                                  option=orjson.OPT_INDENT_2))
-    return rows
+            fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    return doc
 
 
 def cache_line(cache: dict) -> str:

@@ -298,14 +298,9 @@ def run_simulation(dataset: Path, profile: Profile, cache_size: float, concurren
                     ramp_to=ramp_to)
 
 
-SWEEP_COLUMNS = (("cache_gb", "Cache {unit}"), ("hit_rate", "Hit rate %"),
-                 ("output_token_throughput", "Output TPS"), ("time_to_first_token", "TTFT avg ms"),
-                 ("ttft_p50", "TTFT p50 ms"), ("inter_token_latency", "ITL avg ms"),
-                 ("request_latency", "Latency avg ms"))
-
-
 def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], **kw) -> list[dict]:
-    """One virtual run per cache size: hit rate (profiling) and headline metrics."""
+    """One virtual run per cache size: hit rate (profiling) and headline metrics (the what-if's
+    rows: ``sim.whatif``)."""
     from ..export import build_export
 
     rows = []
@@ -316,26 +311,13 @@ def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], *
         refs = sum(r.image_hits + r.image_misses for r in prof)
         row = {"cache_gb": gb,
                "hit_rate": 100.0 * sum(r.image_hits for r in prof) / refs if refs else None,
-               "ttft_p50": (ex.get("time_to_first_token") or {}).get("p50")}
+               "ttft_p50": (ex.get("time_to_first_token") or {}).get("p50"),
+               "ttft_p99": (ex.get("time_to_first_token") or {}).get("p99")}
         counters = res.engine.cache.counters() if res.engine is not None else {}
         if "encoder_hits" in counters:  # two tiers: the front's hits (whole run) beside
             row["encoder_hits"] = counters["encoder_hits"]
         for tag in ("output_token_throughput", "time_to_first_token", "inter_token_latency",
-                    "request_latency"):
+                    "request_latency", "request_throughput"):
             row[tag] = (ex.get(tag) or {}).get("avg")
         rows.append(row)
     return rows
-
-
-def sweep_table(rows: list[dict], unit: str = "GiB") -> str:
-    """Plain-text table of :func:`sweep_cache` rows; sizes in the cache target's ``unit``."""
-    cols: tuple[tuple[str, str], ...] = SWEEP_COLUMNS
-    if rows and "encoder_hits" in rows[0]:
-        cols = (*cols[:2], ("encoder_hits", "Encoder-cache hits"), *cols[2:])
-    head = [h.format(unit=unit) for _, h in cols]
-    body = [[("-" if r[k] is None else f"{r[k]:,.2f}" if k not in ("cache_gb", "encoder_hits")
-              else f"{r[k]:g}") for k, _ in cols] for r in rows]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    lines = ["  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [head, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)

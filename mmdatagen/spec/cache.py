@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import SpecError
 from .base import build, expand, list_option, option, spec
 
 KeyMode = Literal["bytes", "pixels", "reference", "uuid"]
@@ -110,6 +111,9 @@ class SweepCache:
         "start:stop[:step]) are one virtual run each, printed as a table (and sweep.json in "
         "--output-dir). Default: the target's.", float, "SIZE", max=SIZE_MAX,
         aliases=(*SIZE_ALIASES, "--sweep-cache-gb"))
+    slo: str | None = option(None, "--slo", "What-if objective STAT:MS (STAT ttft_avg, ttft_p50 "
+                             "or ttft_p99) for several --cache-size: the smallest size meeting "
+                             "it is printed and marked in the report.", metavar="STAT:MS")
 
     def sizes(self) -> list[float]:
         return expand(SweepCache, "cache_size", self.cache_size)
@@ -122,6 +126,8 @@ def simulate_caches(values: Mapping[str, Any]) -> tuple[SimCache, SweepCache]:
     sweep = build(SweepCache, values)
     sizes = sweep.sizes()
     one = sizes[0] if len(sizes) == 1 else None
+    if sweep.slo is not None and len(sizes) < 2:
+        raise SpecError("slo", "needs several `cache_size` values (a what-if sweep)")
     return build(SimCache, values, cache_size=one), sweep if len(sizes) > 1 else SweepCache()
 
 
