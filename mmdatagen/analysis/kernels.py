@@ -617,3 +617,270 @@ def completion1_batch_kernel(row_start, ids, w, info, caps, stop, flush, pres, c
                     tail[k] = q + 1
             t += 1
     return out
+
+
+def completion_log_kernel(row_start, ids, nlook, ndone, nrow, log, sup):
+    """One request at a time, each looked up then completed (request r's lookups are stamps
+    2 start(r) + j, its completions follow): ``log[t]`` the object of access stamp t, ``sup[t]``
+    the stamp from which a later access supersedes it at every capacity (the object's next
+    lookup; for a completion also its next completion in the same request; 2n + 1: never).
+    ``nlook``/``ndone``/``nrow`` per object: 2n + 1, 2n + 1, -1 (work buffers)."""
+    end = 2 * len(ids) + 1
+    for r in range(len(row_start) - 2, -1, -1):
+        a, b = row_start[r], row_start[r + 1]
+        for i in range(b - 1, a - 1, -1):
+            x = ids[i]
+            look = a + i
+            done = look + b - a
+            log[look] = x
+            log[done] = x
+            sup[look] = nlook[x]
+            sup[done] = ndone[x] if nrow[x] == r else nlook[x]
+            nlook[x] = look
+            ndone[x] = done
+            nrow[x] = r
+    sup[end - 1] = end
+    return sup
+
+
+def bounds_kernel(row_start, ids, w, bounds, prev, slot, last, curfirst, curlast, tree,
+                  slot_obj, state):
+    """Insert at completion, one request at a time, at capacities where every entry fits: per
+    reference, the capacities below which it misses and from which it hits (``bounds[2i]``,
+    ``bounds[2i + 1]`` in ``w``'s unit; ``bounds[2n + 2i]``, ``[2n + 2i + 1]`` in entries; -1:
+    never hits), and its object's previous reference (``prev``, -1: none).
+
+    A completion puts its request's hits (last use first), then its misses, on top of the
+    recency order, and the cache holds the longest top run that fits: a lookup hits iff its
+    size plus all sizes above it fit. Above it: the objects of every later request (a Fenwick
+    tree over recency slots, as ``stack_kernel``), and those of its own last request Q placed
+    above it, which depends on their hits at that capacity (none to all of Q's others).
+    ``last[2x]``, ``last[2x + 1]``: x's last reference and request (-1 - r: alone in it);
+    ``state``: next request, next slot, total size, objects; returns when a request's objects
+    may not find free slots (``compact_kernel``, then call again)."""
+    cap, half = len(slot_obj) - 1, 2 * len(ids)
+    r, nslot, total, seen = state[0], state[1], state[2], state[3]
+    while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:
+        a, b = row_start[r], row_start[r + 1]
+        for i in range(a, b):  # lookups
+            x = ids[i]
+            f = curfirst[x]
+            prev[i] = curlast[x] if f >= a else last[2 * x]
+            curlast[x], p = i, prev[i]
+            if f >= a or p < 0:  # a repeat inside the request (as its first copy), or new
+                for c in (0, 1, half, half + 1):
+                    bounds[2 * i + c] = bounds[2 * f + c] if f >= a else -1
+                curfirst[x] = f if f >= a else i
+                continue
+            curfirst[x], k, pre, pre1 = i, slot[x], 0, 0
+            while k > 0:
+                pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
+            q, before, after, before1, after1 = last[2 * x + 1], 0, 0, 0, 0
+            for j in range(row_start[max(q, 0)], row_start[max(q, 0) + 1] * (q >= 0)):
+                y = ids[j]  # Q's other objects still there
+                if y != x and last[2 * y + 1] == q and last[2 * y] == j:
+                    before, before1 = before + w[y] * (j < p), before1 + (j < p)
+                    after, after1 = after + w[y] * (j > p), after1 + (j > p)
+            top, top1 = w[x] + total - pre, 1 + seen - pre1  # Q's later objects are above x
+            bounds[2 * i], bounds[2 * i + 1] = top - after, top + before
+            bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - after1, top1 + before1
+        for i in range(a, b):  # completion: the request's objects on top, last use first
+            x = ids[i]
+            if curlast[x] != i:
+                continue
+            k, s = slot[x], w[x]
+            total, seen = total + s * (k == 0), seen + (k == 0)
+            slot_obj[k] = -1
+            while 0 < k <= cap:
+                tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
+            k = nslot
+            slot[x], slot_obj[nslot], nslot = nslot, x, nslot + 1
+            while k <= cap:
+                tree[2 * k], tree[2 * k + 1], k = tree[2 * k] + s, tree[2 * k + 1] + 1, k + (k & -k)
+            last[2 * x], last[2 * x + 1] = i, r if b - a > 1 else -1 - r
+        r += 1
+    state[0], state[1], state[2], state[3] = r, nslot, total, seen
+    return state
+
+
+def compact_kernel(w, slot, tree, slot_obj, state):
+    """``bounds_kernel``'s slots renumbered 1..live in order, its Fenwick trees rebuilt."""
+    cap = len(slot_obj) - 1
+    live = 0
+    for j in range(1, cap + 1):
+        o = slot_obj[j]
+        if o >= 0:
+            live += 1
+            slot_obj[j] = -1
+            slot_obj[live] = o
+            slot[o] = live
+    for j in range(1, cap + 1):
+        tree[2 * j] = w[slot_obj[j]] if j <= live else 0
+        tree[2 * j + 1] = 1 if j <= live else 0
+    for j in range(1, cap + 1):
+        k = j + (j & -j)
+        if k <= cap:
+            tree[2 * k] += tree[2 * j]
+            tree[2 * k + 1] += tree[2 * j + 1]
+    state[1] = live + 1
+    return state
+
+
+def hits_kernel(bounds, col, caps, mask, amb):
+    """Hit bits (``mask[i]``: bit k where reference i hits at capacity k; ``caps`` ascending,
+    at most 62, each holding every entry) from ``bounds_kernel``'s bounds (``col`` 0: the
+    entry unit, 2n: entries): below the low bound a miss, from the high bound a hit. The
+    references with capacities between their bounds are listed in ``amb`` for
+    ``decide_kernel``; returns how many."""
+    nk, full, namb = len(caps), (1 << len(caps)) - 1, 0
+    for i in range(len(mask)):
+        lo, hi = bounds[col + 2 * i], bounds[col + 2 * i + 1]
+        jl, top = 0, nk  # capacities below lo: jl; below hi: jh
+        while jl < top:
+            mid = (jl + top) >> 1
+            if caps[mid] < lo:
+                jl = mid + 1
+            else:
+                top = mid
+        jh = jl
+        while jh < nk and caps[jh] < hi:
+            jh += 1
+        mask[i] = full & ~((1 << jh) - 1) if lo >= 0 else 0
+        if lo >= 0 and jl < jh:
+            amb[namb] = i
+            namb += 1
+    return namb
+
+
+def decide_kernel(row_start, ref_row, ids, w, bounds, col, prev, nxt, caps, mask, amb, namb):
+    """``hits_kernel``'s undecided references, in trace order: x's need at capacity k is, when
+    x hit in its last request Q, the high bound minus Q's others looked up before x that hit
+    there, else the low bound plus Q's others looked up after x that missed there (others
+    still there: not used again before this request)."""
+    for t in range(namb):
+        i = amb[t]
+        p, a, x = prev[i], row_start[ref_row[i]], ids[i]
+        if p >= a:  # a repeat inside the request: as its previous copy
+            mask[i] = mask[p]
+            continue
+        lo, hi, q = bounds[col + 2 * i], bounds[col + 2 * i + 1], ref_row[p]
+        for k in range(len(caps)):
+            if caps[k] < lo or caps[k] >= hi:
+                continue
+            hit = (mask[p] >> k) & 1
+            need = hi if hit else lo
+            for j in range(row_start[q], row_start[q + 1]):
+                if ids[j] == x or 0 <= nxt[j] < a or hit != (j < p):
+                    continue  # x itself, used again since, or on the side that stays
+                if hit == ((mask[j] >> k) & 1):  # before x and hit, or after x and missed
+                    need += (w[ids[j]] if col == 0 else 1) * (1 - 2 * hit)
+            mask[i] |= int(caps[k] >= need) << k
+    return mask
+
+
+def miss_count_kernel(row_start, ids, info, mask, bitpos, runs, out):
+    """Misses from hit bits (``mask``, ``len(runs) // width - 1`` capacities), counted as
+    ``fifo_batch_kernel`` counts them: a reference (or request) missing at one run of
+    capacities [lo, hi) is added at its ends in ``runs`` (+1 at lo, -1 at hi; summed into
+    ``out`` at the end); others bit by bit (``bitpos[b % 67]``: the position of the bit b)."""
+    width = len(runs) - len(out)
+    nk = len(out) // width
+    full = (1 << nk) - 1
+    for r in range(len(row_start) - 1):
+        any_miss = 0
+        for i in range(row_start[r], row_start[r + 1]):
+            m, x = full & ~mask[i], ids[i]
+            any_miss |= m
+            if m == 0:
+                continue
+            low = m & -m
+            one_run = ((m + low) & m) == 0
+            bx, tx, mx = info[3 * x], info[3 * x + 1], 4 + 3 * info[3 * x + 2]
+            for end in range(2 * one_run):
+                o, sign = bitpos[(low + m * end) % 67] * width, 1 - 2 * end
+                for _ in range(1 + (width > 4)):  # all, then the modality
+                    runs[o], runs[o + 1], runs[o + 2] = (runs[o] + sign, runs[o + 1] + sign * bx,
+                                                         runs[o + 2] + sign * tx)
+                    o = o - o % width + mx
+            while m and not one_run:
+                low = m & -m
+                m ^= low
+                o = bitpos[low % 67] * width
+                for _ in range(1 + (width > 4)):
+                    out[o], out[o + 1], out[o + 2] = out[o] + 1, out[o + 1] + bx, out[o + 2] + tx
+                    o = o - o % width + mx
+        low = any_miss & -any_miss
+        one_run = any_miss != 0 and ((any_miss + low) & any_miss) == 0
+        if one_run:  # requests with a miss
+            runs[bitpos[low % 67] * width + 3] += 1
+            runs[bitpos[(any_miss + low) % 67] * width + 3] -= 1
+        while any_miss and not one_run:
+            low = any_miss & -any_miss
+            any_miss ^= low
+            out[bitpos[low % 67] * width + 3] += 1
+    for c in range(width, width * nk):  # the runs' counts, summed over capacities, into out
+        runs[c] += runs[c - width]
+    for c in range(width * nk):
+        out[c] += runs[c]
+    return out
+
+
+def small_completion_kernel(row_start, ids, w, info, caps, stack, stack_at, miss, out):
+    """Insert at completion, one request at a time, at capacities that hold a few entries each
+    (at most 62; capacity k's entries in ``stack[stack_at[k]:stack_at[k + 1]]``, room for all
+    of them and one more, most recent first): counts as ``fifo_batch_kernel``. ``miss``: the
+    request's miss bits."""
+    nk = len(caps)
+    width = len(out) // nk
+    depth = np.zeros(nk, np.int64)
+    used = np.zeros(nk, np.int64)
+    for r in range(len(row_start) - 1):
+        a, b = row_start[r], row_start[r + 1]
+        any_miss = 0
+        for i in range(a, b):  # lookups: a hit moves to the top
+            x = ids[i]
+            m = 0
+            for k in range(nk):
+                s0 = stack_at[k]
+                pos = -1
+                for j in range(s0, s0 + depth[k]):
+                    if stack[j] == x:
+                        pos = j
+                        break
+                if pos < 0:
+                    m |= 1 << k
+                    o = k * width
+                    for _ in range(1 + (width > 4)):  # all, then the modality
+                        out[o] += 1
+                        out[o + 1] += info[3 * x]
+                        out[o + 2] += info[3 * x + 1]
+                        o = k * width + 4 + 3 * info[3 * x + 2]
+                    continue
+                for j in range(pos, s0, -1):
+                    stack[j] = stack[j - 1]
+                stack[s0] = x
+            miss[i - a] = m
+            any_miss |= m
+        for k in range(nk):
+            out[k * width + 3] += (any_miss >> k) & 1
+        for i in range(a, b):  # completion: misses stored (a present one refreshed)
+            x = ids[i]
+            for k in range(nk):
+                if not (miss[i - a] >> k) & 1 or w[x] > caps[k]:
+                    continue
+                s0 = stack_at[k]
+                pos = s0 + depth[k]
+                for j in range(s0, s0 + depth[k]):
+                    if stack[j] == x:
+                        pos = j
+                        break
+                if pos == s0 + depth[k]:
+                    depth[k] += 1
+                    used[k] += w[x]
+                for j in range(pos, s0, -1):
+                    stack[j] = stack[j - 1]
+                stack[s0] = x
+                while used[k] > caps[k]:
+                    depth[k] -= 1
+                    used[k] -= w[stack[s0 + depth[k]]]
+    return out

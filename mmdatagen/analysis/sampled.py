@@ -25,8 +25,11 @@ from .trace import Trace
 BATCH = 32  # capacities per compiled pass (state: objects x BATCH)
 GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
 GRID_STEP = 0.01  # relative step of that grid (thresholds of replay methods within 1 %)
+SMALL_DEPTH = 48  # capacities of at most this many entries: a small direct replay
 SEED_DEPTH = 1  # the search tree's top levels replayed first (shared by every search)
 _CAP = 1 << 62
+BITPOS = np.zeros(67, np.int64)  # the position of a single set bit b: BITPOS[b % 67]
+BITPOS[[pow(2, k, 67) for k in range(64)]] = np.arange(64)
 
 # counts at capacities (entry unit, or entries), each counted in full or, where a hit target is
 # given (not -1), only until the replay cannot reach it (None: fewer hits than that)
@@ -233,59 +236,152 @@ def fifo_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Counter
 def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: np.ndarray,
                        flush: bool) -> Counter:
     """Counts of an LRU that stores a missed entry when its request completes (``ev``: lookups
-    ``r`` and completions ``~r``), many capacities a pass."""
+    ``r`` and completions ``~r``), many capacities a pass; one request at a time without
+    flushes, from the bounds of :class:`OneAtATime`."""
     misses = _Misses(trace, sizes, tokens)
     ids = np.ascontiguousarray(trace.ids, np.int64)
-    row_start = np.r_[0, np.cumsum(np.bincount(trace.ref_row, minlength=trace.num_rows))]
-    row_start = row_start.astype(np.int64)
+    row_start = trace.row_start.astype(np.int64)
     ev = np.ascontiguousarray(ev, np.int64)
     used = np.flatnonzero(np.bincount(ids, minlength=misses.m))
-    longest = int(np.diff(row_start).max()) if trace.num_rows else 0
     rows = np.arange(trace.num_rows)  # each request completes before the next is looked up?
     one_at_a_time = ev.size == 2 * rows.size and bool(
         np.array_equal(ev[0::2], rows) and np.array_equal(ev[1::2], ~rows))
-    one_log = completion_log(ids, trace.ref_row, row_start) if one_at_a_time else ()
+    one = OneAtATime(trace, misses, used, flush) if one_at_a_time else None
 
     def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
         w = np.ones_like(sizes) if unit else np.asarray(sizes, np.int64)
 
         def run(part: np.ndarray, stop: np.ndarray) -> np.ndarray:
-            k = part.size
-            m, out = misses.m, np.zeros(k * misses.width, np.int64)
-            if one_at_a_time:
-                return _run(K.completion1_batch_kernel, [
-                    row_start, ids, w, misses.info, part, stop, bool(flush),
-                    np.zeros(m, np.int64), np.zeros(m, np.int64), np.full(2 * m, -1, np.int64),
-                    np.zeros(longest, np.int64), *one_log, np.arange(2 * ids.size + 1), out],
-                    ids.size * k)
+            if one is not None:
+                return one.run(w, unit, part, stop)
+            k, m = part.size, misses.m
             return _run(K.completion_batch_kernel, [
                 ev, row_start, ids, w, misses.info, part, stop, bool(flush),
                 np.zeros(m, np.int64), np.zeros(m * k, np.int64), np.zeros(ids.size, np.int64),
-                np.zeros(2 * ids.size, np.int64), out], ids.size * k)
+                np.zeros(2 * ids.size, np.int64), np.zeros(k * misses.width, np.int64)],
+                ids.size * k)
         return _batched(misses, w, used, caps, needs, run)
     return counter
 
 
-def completion_log(ids: np.ndarray, ref_row: np.ndarray, row_start: np.ndarray
+class OneAtATime:
+    """Insert at completion, one request at a time: counts at capacities that hold every entry
+    from one precomputed pass (``kernels.bounds_kernel``: per reference, the capacities below
+    which it misses and from which it hits, both in the entry unit and in entries; the few
+    references between them decided per capacity by ``kernels.bounds_batch_kernel``), at
+    capacities of a few entries by a small direct replay, else by the general replay."""
+
+    def __init__(self, trace: Trace, misses: _Misses, used: np.ndarray, flush: bool) -> None:
+        self.misses, self.flush = misses, flush
+        self.ids = np.ascontiguousarray(trace.ids, np.int64)
+        self.ref_row = np.ascontiguousarray(trace.ref_row, np.int64)
+        self.row_start = trace.row_start.astype(np.int64)
+        self.used = used
+        self.longest = int(np.diff(self.row_start).max()) if trace.num_rows else 0
+        self._bounds: tuple | None = None
+        self._log: tuple | None = None
+
+    def run(self, w: np.ndarray, unit: bool, part: np.ndarray, stop: np.ndarray) -> np.ndarray:
+        """Misses (``_Misses`` rows) at capacities ``part`` (ascending) with weights ``w``."""
+        width = self.misses.width
+        if self.flush:
+            return self._replay(w, part, stop)
+        out = np.zeros((part.size, width), np.int64)
+        top = int(w[self.used].max()) if self.used.size else 0
+        smallest = int(w[self.used].min()) if self.used.size else 1
+        fits = part >= top
+        small = ~fits & (part // smallest + 2 <= SMALL_DEPTH)
+        if fits.any():
+            out[fits] = self._bounded(unit, part[fits]).reshape(-1, width)
+        if small.any():
+            out[small] = self._small(w, part[small], smallest).reshape(-1, width)
+        rest = ~fits & ~small
+        if rest.any():
+            out[rest] = self._replay(w, part[rest], stop[rest]).reshape(-1, width)
+        return out.reshape(-1)
+
+    def _bounded(self, unit: bool, part: np.ndarray) -> np.ndarray:
+        sizes = np.ascontiguousarray(self.misses.info[0::3])
+        if self._bounds is None:
+            self._bounds = bounds(self.ids, self.row_start, sizes)
+        b, prev, nxt = self._bounds
+        k, width, n = part.size, self.misses.width, self.ids.size
+        order = np.argsort(part, kind="stable")  # the kernels take them ascending
+        args = [self.row_start, self.ref_row, self.ids, sizes, self.misses.info, b, prev, nxt,
+                part[order], np.zeros(n, np.int64), np.empty(n, np.int64), BITPOS,
+                np.zeros((k + 1) * width, np.int64), np.zeros(k * width, np.int64)]
+        if K.for_size(K.hits_kernel, n) is K.hits_kernel:  # plain Python: on lists
+            args = [a.tolist() for a in args]
+        rs, rows, ids, sz, info, b, prev, nxt, caps, mask, amb, bitpos, runs, got = args
+        col = 2 * n if unit else 0
+        namb = int(K.for_size(K.hits_kernel, n)(b, col, caps, mask, amb))
+        K.for_size(K.decide_kernel, n)(rs, rows, ids, sz, b, col, prev, nxt, caps, mask, amb,
+                                        namb)
+        K.for_size(K.miss_count_kernel, n)(rs, ids, info, mask, bitpos, runs, got)
+        out = np.empty((k, width), np.int64)
+        out[order] = np.asarray(got, np.int64).reshape(k, width)
+        return out
+
+    def _small(self, w: np.ndarray, part: np.ndarray, smallest: int) -> np.ndarray:
+        at = np.r_[0, np.cumsum(part // smallest + 2)].astype(np.int64)
+        return _run(K.small_completion_kernel, [
+            self.row_start, self.ids, w, self.misses.info, part, np.zeros(int(at[-1]), np.int64),
+            at, np.zeros(self.longest, np.int64), np.zeros(part.size * self.misses.width,
+                                                           np.int64)], self.ids.size * part.size)
+
+    def _replay(self, w: np.ndarray, part: np.ndarray, stop: np.ndarray) -> np.ndarray:
+        if self._log is None:
+            self._log = completion_log(self.ids, self.row_start)
+        k, m = part.size, self.misses.m
+        return _run(K.completion1_batch_kernel, [
+            self.row_start, self.ids, w, self.misses.info, part, stop, bool(self.flush),
+            np.zeros(m, np.int64), np.zeros(m, np.int64), np.full(2 * m, -1, np.int64),
+            np.zeros(self.longest, np.int64), *self._log, np.arange(2 * self.ids.size + 1),
+            np.zeros(k * self.misses.width, np.int64)], self.ids.size * k)
+
+
+def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``kernels.bounds_kernel`` over a trace: per reference its bounds (``w``'s unit, then
+    entries), its object's previous and next reference."""
+    n, m = ids.size, int(w.size)
+    slots = 2 * m + 2 + (int(np.diff(row_start).max()) if n else 0)  # room for any request
+    args = [row_start, ids, np.asarray(w, np.int64), np.empty(4 * n, np.int64),
+            np.empty(n, np.int64), np.zeros(m, np.int64), np.full(2 * m, -1, np.int64),
+            np.full(m, -1, np.int64), np.zeros(m, np.int64), np.zeros(2 * slots + 2, np.int64),
+            np.full(slots + 1, -1, np.int64), np.array([0, 1, 0, 0], np.int64)]
+    fn, compact = K.for_size(K.bounds_kernel, n), K.for_size(K.compact_kernel, n)
+    if fn is K.bounds_kernel:
+        args = [a.tolist() for a in args]
+    while True:
+        fn(*args)
+        if args[-1][0] >= row_start.size - 1:
+            break
+        compact(args[2], args[5], args[9], args[10], args[11])
+    nxt = K.for_size(K.next_kernel, n)(ids, np.empty(n, np.int64), np.full(m, -1, np.int64))
+    return np.asarray(args[3], np.int64), np.asarray(args[4], np.int64), np.asarray(nxt,
+                                                                                  np.int64)
+
+
+def completion_log(ids: np.ndarray, row_start: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
     """One request at a time, each looked up then completed: the object of each access stamp
     (a request's lookups, then its completion, per reference), and the stamp from which a
     later access supersedes it at every capacity (the object's next lookup; for a completion
-    also its next completion in the same request; past the end: never)."""
+    also its next completion in the same request; past the end: never)
+    (``kernels.completion_log_kernel``)."""
     n = ids.size
-    look = row_start[ref_row] + np.arange(n)  # request r's lookups start at 2 start(r)
-    done = look + (row_start[ref_row + 1] - row_start[ref_row])
-    nxt = np.asarray(K.for_size(K.next_kernel, n)(ids, np.empty(n, np.int64),
-                                                  np.full(int(ids.max()) + 1 if n else 0, -1,
-                                                          np.int64)), np.int64)
-    has = nxt >= 0
-    j = np.maximum(nxt, 0)
-    sup_look = np.where(has, look[j], 2 * n + 1)
-    sup_done = np.where(has & (ref_row[j] == ref_row), done[j], sup_look)
-    log, sup = np.empty(2 * n, np.int64), np.empty(2 * n + 1, np.int64)
-    log[look], log[done] = ids, ids
-    sup[look], sup[done], sup[-1] = sup_look, sup_done, 2 * n + 1
-    return log, sup
+    m = int(ids.max()) + 1 if n else 0
+    end = 2 * n + 1
+    args = [row_start, ids, np.full(m, end, np.int64), np.full(m, end, np.int64),
+            np.full(m, -1, np.int64), np.empty(2 * n, np.int64), np.empty(2 * n + 1, np.int64)]
+    fn = K.for_size(K.completion_log_kernel, n)
+    if fn is K.completion_log_kernel:
+        lists = [a.tolist() for a in args]
+        fn(*lists)
+        return np.asarray(lists[5], np.int64), np.asarray(lists[6], np.int64)
+    fn(*args)
+    return args[5], args[6]
 
 
 def _run(kernel, args: list, work: int) -> np.ndarray:
