@@ -7,15 +7,13 @@
    server that reads each request and answers at once (a few bytes of SSE), with small requests
    (one 32x32 inline image, 32 words) and high concurrency, so the loader's own work is what
    limits. Goal: 2 workers >= 1.8 x 1 (bounded by cores, not by coordination). Printed beside
-   the rates: the CPU seconds of every worker and of the server, the cores they kept busy and
-   the requests per loader CPU-second (equal for 1 and 2 workers when nothing but CPU limits).
-   The server runs on the same 2 cores: 2 workers can reach 2x only if the server takes none.
-2. merge: ``mmdatagen merge-runs`` over 1,000,000 records from 4 workers, as a subprocess:
-   wall seconds, CPU seconds and peak RSS (getrusage of the child). Goal: <= 10 s, <= 1 GB.
-   The workers' folders are synthetic but shaped as bench writes them (records.jsonl lines of
-   ~1 KB with their metrics, a few failed requests, warmup); measured once without and once
-   with the cache items bench writes for the merged prediction (the prediction's replay and
-   order band are reported apart).
+   the rates: the CPU microseconds per request of the loaders and of the server inside the
+   benchmark's window (sampled from /proc, apart from start-up and export writing), the cores
+   they kept busy, and the bound those numbers set on 2 idle cores. The server runs on the
+   same 2 cores: 2 workers can reach 2x only if the server takes none.
+2. merge: ``mmdatagen merge-runs`` over 1,000,000 records from 4 workers
+   (``benchmarks/bench_merge.py``: wall and CPU seconds, peak RSS and where the CPU went,
+   without and with the cache items of the merged prediction). Goal: <= 10 s, <= 1 GB.
 3. ttft: client-added TTFT (client TTFT minus the server's own, from the simulator's header)
    of a 2-worker merged run beside a single-process run of the same benchmark on ``serve``.
 
@@ -33,6 +31,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import bench_merge  # the merge part: benchmarks/bench_merge.py
 
 PY = [sys.executable, "-m", "mmdatagen"]
 MODEL = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
@@ -65,18 +65,6 @@ try:
 except ImportError:
     asyncio.run(main())
 '''
-# runs argv as a child and prints its wall time and getrusage (the child's alone)
-MEASURE = r'''
-import json, resource, subprocess, sys, time
-t = time.perf_counter()
-rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
-wall = time.perf_counter() - t
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"rc": rc, "wall": wall, "cpu": r.ru_utime + r.ru_stime,
-                  "rss_mib": r.ru_maxrss / 1024}))
-'''
-
-
 def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f}"
 
@@ -84,18 +72,6 @@ def _load() -> str:
 def _run(args: list, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*PY, *map(str, args)], check=True, capture_output=True, text=True,
                           timeout=1800, **kw)
-
-
-def _measured(argv: list) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", MEASURE, *map(str, argv)],
-                            stdout=subprocess.PIPE, text=True)
-
-
-def _result(p: subprocess.Popen) -> dict:
-    out, _ = p.communicate(timeout=1800)
-    res = json.loads(out)
-    assert res["rc"] == 0, res
-    return res
 
 
 def _cpu_of(pid: int) -> float:
@@ -228,96 +204,6 @@ def part_rate(tmp: Path, requests: int, concurrency: int) -> None:
           f"{s1 / l1:.2f}, the server's CPU per loader CPU)")
 
 
-def fake_workers(tmp: Path, total: int, workers: int, cache_items: bool) -> list[Path]:
-    """Worker folders as ``bench --num-shards`` writes them, from seeded draws: the export with
-    its shard, records.jsonl (by start time), and cache_items.jsonl when ``cache_items``."""
-    import numpy as np
-    import orjson
-
-    from mmdatagen.caches import get_target
-    from mmdatagen.export import record_lines
-    from mmdatagen.io.imageref import entry_size
-    from mmdatagen.loadgen.predict import CACHE_ITEMS_NAME
-    from mmdatagen.metrics import RecordTable
-    from mmdatagen.vlm import resolve_model
-
-    target, model = get_target("dynamo-embedding"), resolve_model(MODEL)
-    sizes = [entry_size(target, model, w, h) for w, h in ((640, 480), (1280, 720), (2400, 1080))]
-    rng = np.random.default_rng(0)
-    dirs = []
-    for k in range(workers):
-        d = tmp / f"worker-{k}"
-        d.mkdir(parents=True)
-        n = total * (k + 1) // workers - total * k // workers
-        i = np.arange(n)
-        start = 10**12 + k * 7_777 + np.cumsum(rng.exponential(250_000.0, n).astype(np.int64))
-        ttft = rng.gamma(4.0, 500_000.0, n).astype(np.int64)
-        dur = rng.gamma(3.0, 10_000_000.0, n).astype(np.int64)
-        fail = i % 997 == 13
-        images = rng.integers(0, 4, n)
-        hits = rng.binomial(images, 0.3)
-        none = np.full(n, None, object)
-
-        def ok(v: np.ndarray, fail: np.ndarray = fail) -> list:
-            return np.where(fail, None, v).tolist()
-
-        table = RecordTable.from_columns({
-            "conversation_id": [f"conv-{k}-{j // 4:07d}" for j in range(n)],
-            "turn_index": (i % 4).tolist(), "phase": np.where(i < 50, "warmup", "profiling")
-            .astype(object).tolist(), "start_ns": start.tolist(),
-            "first_token_ns": ok(start + ttft), "end_ns": ok(start + ttft + dur),
-            "response_end_ns": ok(start + ttft + dur + 40_000),
-            "output_tokens": np.where(fail, 0, rng.integers(8, 256, n)).tolist(),
-            "input_tokens": (900 + 700 * images).tolist(), "num_images": images.tolist(),
-            "error": np.where(fail, {"type": "HTTPError", "code": 500,
-                                     "message": "Internal Server Error"}, none).tolist(),
-            "image_hits": ok(hits), "image_misses": ok(images - hits),
-            "server_ttft_ns": ok(ttft - 150_000), "x_request_id":
-                [f"{k:08x}-{j:04x}-4{j % 4096:03x}-8{j % 3331:03x}-{j * 7919:012x}"[:36]
-                 for j in range(n)], "http_status": np.where(fail, 500, 200).tolist(),
-            "dispatch_index": i.tolist()})
-        with open(d / "records.jsonl", "wb") as fh:
-            fh.writelines(record_lines(table))
-        if cache_items:
-            keys = rng.integers(0, 20_000, (n, 3))
-            with open(d / CACHE_ITEMS_NAME, "wb") as fh:
-                fh.write(orjson.dumps({"target": target.name, "cache_size": 10.0,
-                                       "front": 16384,
-                                       "bytes_per_token": model.bytes_per_token,
-                                       "model": model.name}) + b"\n")
-                for j in range(n):
-                    items = [[f"{x:032x}", sizes[x % 3]] for x in keys[j, :images[j]].tolist()]
-                    fh.write(orjson.dumps({"dispatch_index": j, "x_request_id":
-                                           table.x_request_id[j], "images": int(images[j]),
-                                           "items": items, "seqs": None}) + b"\n")
-        shard = {"index": k, "count": workers, "settings_blake3": "s", "dataset_blake3": "d",
-                 "wall_offset_ns": 1_700_000_000_000_000_000 + 1_000 * k, "dispatched": n,
-                 "clock": {"source": "simulator clock header", "offset_ns": -250 * k,
-                           "uncertainty_ns": 40_000}}
-        export = {"input_config": {"model": MODEL, "concurrency": 64, "shard_index": k},
-                  "run_info": {"shard": shard}, "was_cancelled": False}
-        (d / "profile_export_mmdatagen.json").write_bytes(orjson.dumps(export))
-        dirs.append(d)
-    return dirs
-
-
-def part_merge(tmp: Path, records: int, with_items: bool) -> None:
-    for items in (False, True) if with_items else (False,):
-        t = time.perf_counter()
-        dirs = fake_workers(tmp / f"items{int(items)}", records, 4, items)
-        made = time.perf_counter() - t
-        load = _load()
-        res = _result(_measured([*PY, "merge-runs", *dirs, "--output-dir",
-                                 tmp / f"merged{int(items)}", "-q", "--no-report"]))
-        size = sum((d / "records.jsonl").stat().st_size for d in dirs) / 1e9
-        what = "with cache items (merged prediction)" if items else "records + exports"
-        print(f"merge-runs, {records:,} records from 4 workers ({size:.2f} GB of records.jsonl,"
-              f" {what}): {res['wall']:.1f} s wall, {res['cpu']:.1f} s CPU, peak "
-              f"{res['rss_mib']:.0f} MiB (goals: <= 10 s: {res['wall'] / 10:.2f} of it, CPU "
-              f"{res['cpu'] / 10:.2f}; <= 1 GB: {res['rss_mib'] / 1024:.2f} of it); {load} "
-              f"(inputs written in {made:.0f} s)")
-
-
 def part_ttft(tmp: Path) -> None:
     data = tmp / "seed.jsonl"
     _run(["pool", "-n", 400, "--pool-size", 80, "-o", data, "-q"])
@@ -356,7 +242,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         parts = (("rate", lambda: part_rate(tmp / "rate", args.requests, args.concurrency)),
-                 ("merge", lambda: part_merge(tmp / "merge", args.records, not args.no_items)),
+                 ("merge", lambda: bench_merge.part_merge(tmp / "merge", args.records,
+                                                          not args.no_items)),
                  ("ttft", lambda: part_ttft(tmp / "ttft")))
         for name, part in parts:
             if name not in args.skip:
