@@ -93,7 +93,7 @@ def test_interval_of_a_linear_metric_is_its_first_order_sigma():
 
 
 def test_knee_and_slo():
-    rows = [{"cache_gb": x, "ttft_p50": y, "ttft_p99": y * 2,
+    rows = [{"cache_gb": x, "time_to_first_token": y, "ttft_p99": y * 2,
              "interval": {"ttft_p99": [y * 2 - 5, y * 2 + 5]}}
             for x, y in [(0, 400.0), (1, 120.0), (2, 110.0), (4, 105.0), (8, 100.0)]]
     assert whatif.knee(rows) == 1

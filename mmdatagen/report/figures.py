@@ -249,7 +249,7 @@ def whatif_figures(doc: dict[str, Any]) -> list[Figure]:
         ttft.series += _band_series(label, xs, rows, metric, PALETTE[i])
     notes = []
     if knee is not None:
-        y = next(r["ttft_p50"] for r in rows if r["cache_gb"] == knee)
+        y = next(r["time_to_first_token"] for r in rows if r["cache_gb"] == knee)
         ttft.series.append(Series("knee", [knee], [y], "scatter", color="#000000"))
         notes.append(f"knee at {knee:g} {unit}")
     slo = doc.get("slo")
@@ -258,7 +258,7 @@ def whatif_figures(doc: dict[str, Any]) -> list[Figure]:
                                   color="#7f7f7f", dashed=True))
         if met is not None:
             y = next(r[slo[0]] for r in rows if r["cache_gb"] == met)
-            ttft.series.append(Series("SLO met from", [met], [y], "scatter", color="#2ca02c"))
+            ttft.series.append(Series("SLO met from", [met], [y], "scatter", color="#9467bd"))
         notes.append(f"SLO met from {met:g} {unit}" if met is not None else "SLO not met")
     ttft.note = "; ".join(notes)
     hits = Figure("whatif_hit_rate", "hit rate vs cache size", f"cache ({unit})", "hit rate (%)",

@@ -459,7 +459,7 @@ def whatif_report(doc: dict[str, Any]) -> Report:
     rep.add_figures("Against cache size", F.whatif_figures(doc), note=(
         f"Intervals: {method}." if method else "No intervals: the profile carries no "
         "calibration uncertainty (fit one with mmdatagen calibrate).")
-        + " Knee: the size where the TTFT p50 curve is furthest below the straight line from "
+        + " Knee: the size where the TTFT avg curve is furthest below the straight line from "
         "the smallest to the largest size. SLO met: the smallest size whose value (the "
         "interval's upper end) is within the objective.")
     return rep

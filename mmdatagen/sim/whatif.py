@@ -13,7 +13,7 @@ shipped ones: fits to published numbers without error bars) has no interval.
 
 The SLO (``--slo STAT:MS``, STAT one of :data:`SLO_STATS`) is met at a size when the interval's
 upper end (the value, without an interval) is within it; the knee is the size where the TTFT
-p50 curve is furthest below the straight line from the smallest to the largest size (both axes
+avg curve is furthest below the straight line from the smallest to the largest size (both axes
 scaled to [0, 1]): past it, more cache buys less.
 """
 from __future__ import annotations
@@ -145,7 +145,7 @@ def slo_met(rows: list[dict], slo: tuple[str, float] | None) -> float | None:
     return min(ok) if ok else None
 
 
-def knee(rows: list[dict], metric: str = "ttft_p50") -> float | None:
+def knee(rows: list[dict], metric: str = "time_to_first_token") -> float | None:
     """The cache size furthest below the chord of ``metric`` against size (both scaled to
     [0, 1]); None with fewer than three sizes or a flat curve."""
     pts = sorted((r["cache_gb"], r[metric]) for r in rows if r.get(metric) is not None)
@@ -183,7 +183,7 @@ def whatif_table(rows: list[dict], unit: str, slo: tuple[str, float] | None = No
                  "mmdatagen calibrate)")
     k = knee(rows)
     if k is not None:
-        lines.append(f"knee of the TTFT p50 curve: {k:g} {unit}")
+        lines.append(f"knee of the TTFT avg curve: {k:g} {unit}")
     if slo is not None:
         met = slo_met(rows, slo)
         stat = next(s for s, key in SLO_STATS.items() if key == slo[0])
