@@ -4,6 +4,7 @@ the known ones, and the fitted profile must predict held-out runs (concurrency 8
 dataset and image size) within 15 %. Refusals: runs that cannot identify a cost."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -89,12 +90,25 @@ def test_recovers_known_costs_and_predicts_held_out(runs, tmp_path):
 
 def test_fitted_profile_runs_with_simulate(runs, tmp_path):
     out = tmp_path / "fitted.yaml"
-    code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", out, "--quiet")
+    known = runs[TRAIN[0]].parent / "known.yaml"
+    code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", out, "--quiet",
+                         "--base-profile", known)
     assert code == 0, text
-    code, text = _invoke("simulate", runs[TRAIN[0]].parent / "c.jsonl", "--profile", out,
-                         "--concurrency", 4, "--cache-size", "0,4", "--request-count", 20)
-    assert code == 0, text
-    assert "Hit rate" in text
+    rows = {}
+    for name, prof in (("fit", out), ("known", known)):
+        code, text = _invoke("simulate", runs[TRAIN[0]].parent / "c.jsonl", "--profile", prof,
+                             "--concurrency", 4, "--cache-size", "0,4", "--request-count", 20,
+                             "--output-dir", tmp_path / name)
+        assert code == 0, text
+        # the what-if of a fitted profile has intervals, the known profile's has none
+        assert "Hit rate" in text and ("interval: ±1 sigma" in text) == (name == "fit")
+        rows[name] = json.loads((tmp_path / name / "sweep.json").read_text())["rows"]
+    for f, k in zip(rows["fit"], rows["known"]):
+        assert f["hit_rate"] == k["hit_rate"]
+        for metric in ("time_to_first_token", "ttft_p50", "request_throughput"):
+            lo, hi = f["interval"][metric]
+            assert lo < f[metric] < hi and "interval" not in k
+            assert abs(f[metric] / k[metric] - 1) <= 0.15, (metric, f, k)
 
 
 def test_refuses_runs_without_hits(runs, tmp_path):
