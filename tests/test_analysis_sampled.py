@@ -175,3 +175,48 @@ def test_thresholds_of_a_fifo_equal_the_search_one_replay_at_a_time():
     pts = S.Points(S.fifo_counter(trace, sizes, sizes))
     assert pts.smallest(needs, hi, False) == [_sequential(exact, k, hi) for k in needs]
     assert pts.below, "some replays stopped early"
+
+
+@st.composite
+def one_at_a_time_cases(draw):
+    """Requests of up to 8 images with repeats, sizes of a few entries to larger than some
+    capacities, so every path runs: counts from bounds (every entry fits), small direct
+    replays, general replays (many entries, one larger)."""
+    m = draw(st.integers(1, 12))
+    sizes = np.array(draw(st.lists(st.sampled_from([1, 1, 2, 3, 5, 40]), min_size=m,
+                                   max_size=m)), np.int64)
+    rows = draw(st.lists(st.lists(st.integers(0, m - 1), min_size=0, max_size=8),
+                         min_size=1, max_size=40))
+    lens = np.array([len(r) for r in rows], np.int64)
+    trace = Trace(np.array([x for r in rows for x in r], np.int64),
+                  np.repeat(np.arange(len(rows)), lens), len(rows), np.ones(m, np.int64),
+                  np.ones(m, np.int64))
+    return trace, sizes
+
+
+@settings(max_examples=300, deadline=None)
+@given(one_at_a_time_cases(), st.booleans(), st.booleans())
+def test_one_request_at_a_time_equals_the_cache_model(case, unit, compiled):
+    """Insert at completion, one request at a time (dynamo-encode as analyze runs it): the
+    counts at every capacity equal the shared cache model replayed request by request, where
+    hits need not rise with capacity for a reference (its request's others decide where it
+    sits in the recency order)."""
+    from dataclasses import replace
+
+    from mmdatagen.analysis.targets import Replay
+    from mmdatagen.caches import get_target
+
+    trace, sizes = case
+    w = np.ones_like(sizes) if unit else sizes
+    replay = Replay(replace(get_target("dynamo-encode"), oversize="bypass"), trace, w)
+    caps = np.arange(int(w.sum()) + 2, dtype=np.int64)
+    want = S.flag_counter(trace, sizes, sizes, lambda c, u: replay.flags(c))(
+        caps, unit, -np.ones(caps.size))
+    ev = concurrency.events(trace.num_rows, 1)
+    old = _compiled(compiled)
+    try:
+        counter = S.completion_counter(trace, sizes, sizes, ev, False)
+        got = counter(caps, unit, -np.ones(caps.size))
+    finally:
+        kernels.PYTHON_MAX_REFS = old
+    assert got == want

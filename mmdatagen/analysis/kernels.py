@@ -643,67 +643,66 @@ def completion_log_kernel(row_start, ids, nlook, ndone, nrow, log, sup):
     return sup
 
 
-def bounds_kernel(row_start, ids, w, bounds, prev, slot, last, curfirst, curlast, tree,
-                  slot_obj, state):
+def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
     """Insert at completion, one request at a time, at capacities where every entry fits: per
     reference, the capacities below which it misses and from which it hits (``bounds[2i]``,
-    ``bounds[2i + 1]`` in ``w``'s unit; ``bounds[2n + 2i]``, ``[2n + 2i + 1]`` in entries; -1:
-    never hits), and its object's previous reference (``prev``, -1: none).
+    ``bounds[2i + 1]`` in the entry unit; ``bounds[2n + 2i]``, ``[2n + 2i + 1]`` in entries;
+    -1: never hits), and its object's previous reference (``prev``, -1: none).
 
     A completion puts its request's hits (last use first), then its misses, on top of the
     recency order, and the cache holds the longest top run that fits: a lookup hits iff its
     size plus all sizes above it fit. Above it: the objects of every later request (a Fenwick
     tree over recency slots, as ``stack_kernel``), and those of its own last request Q placed
     above it, which depends on their hits at that capacity (none to all of Q's others).
-    ``last[2x]``, ``last[2x + 1]``: x's last reference and request (-1 - r: alone in it);
-    ``state``: next request, next slot, total size, objects; returns when a request's objects
-    may not find free slots (``compact_kernel``, then call again)."""
+    ``obj[8x:8x + 8]``: x's last reference, its request (-1 - r: alone in it), slot, first and
+    last reference in the current request, size, that request's references; ``state``: next request, next slot, total
+    size, objects; returns when a request may not find free slots (``compact_kernel``)."""
     cap, half = len(slot_obj) - 1, 2 * len(ids)
     r, nslot, total, seen = state[0], state[1], state[2], state[3]
     while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:
         a, b = row_start[r], row_start[r + 1]
         for i in range(a, b):  # lookups
-            x = ids[i]
-            f = curfirst[x]
-            prev[i] = curlast[x] if f >= a else last[2 * x]
-            curlast[x], p = i, prev[i]
+            o = 8 * ids[i]
+            f = obj[o + 3]
+            prev[i] = obj[o + 4] if f >= a else obj[o]
+            obj[o + 4], p = i, prev[i]
             if f >= a or p < 0:  # a repeat inside the request (as its first copy), or new
                 for c in (0, 1, half, half + 1):
                     bounds[2 * i + c] = bounds[2 * f + c] if f >= a else -1
-                curfirst[x] = f if f >= a else i
+                obj[o + 3] = f if f >= a else i
                 continue
-            curfirst[x], k, pre, pre1 = i, slot[x], 0, 0
+            obj[o + 3], k, pre, pre1 = i, obj[o + 2], 0, 0
             while k > 0:
                 pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
-            q, before, after, before1, after1 = last[2 * x + 1], 0, 0, 0, 0
-            for j in range(row_start[max(q, 0)], row_start[max(q, 0) + 1] * (q >= 0)):
-                y = ids[j]  # Q's other objects still there
-                if y != x and last[2 * y + 1] == q and last[2 * y] == j:
-                    before, before1 = before + w[y] * (j < p), before1 + (j < p)
-                    after, after1 = after + w[y] * (j > p), after1 + (j > p)
-            top, top1 = w[x] + total - pre, 1 + seen - pre1  # Q's later objects are above x
+            q, before, after, before1, after1 = obj[o + 1], 0, 0, 0, 0
+            for j in range(obj[o + 6], obj[o + 7] * (q >= 0)):
+                y = 8 * ids[j]  # Q's other objects still there
+                if y != o and obj[y + 1] == q and obj[y] == j:
+                    before, before1 = before + obj[y + 5] * (j < p), before1 + (j < p)
+                    after, after1 = after + obj[y + 5] * (j > p), after1 + (j > p)
+            top, top1 = obj[o + 5] + total - pre, 1 + seen - pre1  # Q's later ones are above
             bounds[2 * i], bounds[2 * i + 1] = top - after, top + before
             bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - after1, top1 + before1
         for i in range(a, b):  # completion: the request's objects on top, last use first
-            x = ids[i]
-            if curlast[x] != i:
+            o = 8 * ids[i]
+            if obj[o + 4] != i:
                 continue
-            k, s = slot[x], w[x]
+            k, s = obj[o + 2], obj[o + 5]
             total, seen = total + s * (k == 0), seen + (k == 0)
             slot_obj[k] = -1
             while 0 < k <= cap:
                 tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
             k = nslot
-            slot[x], slot_obj[nslot], nslot = nslot, x, nslot + 1
+            obj[o + 2], slot_obj[nslot], nslot = nslot, ids[i], nslot + 1
             while k <= cap:
                 tree[2 * k], tree[2 * k + 1], k = tree[2 * k] + s, tree[2 * k + 1] + 1, k + (k & -k)
-            last[2 * x], last[2 * x + 1] = i, r if b - a > 1 else -1 - r
+            obj[o], obj[o + 1], obj[o + 6], obj[o + 7] = i, r if b - a > 1 else -1 - r, a, b
         r += 1
     state[0], state[1], state[2], state[3] = r, nslot, total, seen
     return state
 
 
-def compact_kernel(w, slot, tree, slot_obj, state):
+def compact_kernel(obj, tree, slot_obj, state):
     """``bounds_kernel``'s slots renumbered 1..live in order, its Fenwick trees rebuilt."""
     cap = len(slot_obj) - 1
     live = 0
@@ -713,9 +712,9 @@ def compact_kernel(w, slot, tree, slot_obj, state):
             live += 1
             slot_obj[j] = -1
             slot_obj[live] = o
-            slot[o] = live
+            obj[8 * o + 2] = live
     for j in range(1, cap + 1):
-        tree[2 * j] = w[slot_obj[j]] if j <= live else 0
+        tree[2 * j] = obj[8 * slot_obj[j] + 5] if j <= live else 0
         tree[2 * j + 1] = 1 if j <= live else 0
     for j in range(1, cap + 1):
         k = j + (j & -j)
@@ -735,6 +734,9 @@ def hits_kernel(bounds, col, caps, mask, amb):
     nk, full, namb = len(caps), (1 << len(caps)) - 1, 0
     for i in range(len(mask)):
         lo, hi = bounds[col + 2 * i], bounds[col + 2 * i + 1]
+        if hi <= caps[0] or lo < 0 or lo > caps[nk - 1]:  # the same at every capacity
+            mask[i] = full if hi <= caps[0] and lo >= 0 else 0
+            continue
         jl, top = 0, nk  # capacities below lo: jl; below hi: jh
         while jl < top:
             mid = (jl + top) >> 1
@@ -789,10 +791,11 @@ def miss_count_kernel(row_start, ids, info, mask, bitpos, runs, out):
     for r in range(len(row_start) - 1):
         any_miss = 0
         for i in range(row_start[r], row_start[r + 1]):
-            m, x = full & ~mask[i], ids[i]
+            m = full & ~mask[i]
             any_miss |= m
             if m == 0:
                 continue
+            x = ids[i]
             low = m & -m
             one_run = ((m + low) & m) == 0
             bx, tx, mx = info[3 * x], info[3 * x + 1], 4 + 3 * info[3 * x + 2]
@@ -825,62 +828,61 @@ def miss_count_kernel(row_start, ids, info, mask, bitpos, runs, out):
     return out
 
 
-def small_completion_kernel(row_start, ids, w, info, caps, stack, stack_at, miss, out):
+def small_completion_kernel(row_start, ids, w, info, caps, pres, stack, stack_at, miss, out):
     """Insert at completion, one request at a time, at capacities that hold a few entries each
     (at most 62; capacity k's entries in ``stack[stack_at[k]:stack_at[k + 1]]``, room for all
-    of them and one more, most recent first): counts as ``fifo_batch_kernel``. ``miss``: the
-    request's miss bits."""
+    of them and one more, most recent first; ``pres[x]``: bit k where x is held there): counts
+    as ``fifo_batch_kernel``, in ``out``'s first rows (a last row counts the references that
+    missed at every capacity). ``miss``: the request's miss bits."""
     nk = len(caps)
-    width = len(out) // nk
-    depth = np.zeros(nk, np.int64)
-    used = np.zeros(nk, np.int64)
+    width, full = len(out) // (nk + 1), (1 << nk) - 1
+    depth, used = np.zeros(nk, np.int64), np.zeros(nk, np.int64)
     for r in range(len(row_start) - 1):
         a, b = row_start[r], row_start[r + 1]
         any_miss = 0
         for i in range(a, b):  # lookups: a hit moves to the top
             x = ids[i]
-            m = 0
-            for k in range(nk):
-                s0 = stack_at[k]
-                pos = -1
-                for j in range(s0, s0 + depth[k]):
-                    if stack[j] == x:
-                        pos = j
-                        break
-                if pos < 0:
-                    m |= 1 << k
-                    o = k * width
-                    for _ in range(1 + (width > 4)):  # all, then the modality
-                        out[o] += 1
-                        out[o + 1] += info[3 * x]
-                        out[o + 2] += info[3 * x + 1]
-                        o = k * width + 4 + 3 * info[3 * x + 2]
-                    continue
-                for j in range(pos, s0, -1):
+            m = full & ~pres[x]
+            miss[i - a], any_miss = m, any_miss | m
+            for k in range(nk * (m != full)):
+                o, s0 = k * width, stack_at[k]
+                for _ in range(((m >> k) & 1) * (1 + (width > 4))):  # all, then the modality
+                    out[o], out[o + 1], out[o + 2] = (out[o] + 1, out[o + 1] + info[3 * x],
+                                                      out[o + 2] + info[3 * x + 1])
+                    o = k * width + 4 + 3 * info[3 * x + 2]
+                pos = s0 + depth[k] * ((m >> k) & 1)  # a miss: nothing moves
+                stack[s0 + depth[k]] = x  # a sentinel past the entries
+                while stack[pos] != x:
+                    pos += 1
+                for j in range(pos * (1 - ((m >> k) & 1)), s0, -1):
                     stack[j] = stack[j - 1]
-                stack[s0] = x
-            miss[i - a] = m
-            any_miss |= m
+                stack[s0] = x if not (m >> k) & 1 else stack[s0]
+            o = nk * width  # missed everywhere: counted once, in the extra row
+            for _ in range((m == full) * (1 + (width > 4))):
+                out[o], out[o + 1], out[o + 2] = (out[o] + 1, out[o + 1] + info[3 * x],
+                                                  out[o + 2] + info[3 * x + 1])
+                o = nk * width + 4 + 3 * info[3 * x + 2]
         for k in range(nk):
             out[k * width + 3] += (any_miss >> k) & 1
         for i in range(a, b):  # completion: misses stored (a present one refreshed)
-            x = ids[i]
-            for k in range(nk):
-                if not (miss[i - a] >> k) & 1 or w[x] > caps[k]:
+            x, m = ids[i], miss[i - a]
+            for k in range(nk * (m != 0)):
+                if ((m >> k) & 1) * (w[x] <= caps[k]) == 0:
                     continue
-                s0 = stack_at[k]
-                pos = s0 + depth[k]
-                for j in range(s0, s0 + depth[k]):
-                    if stack[j] == x:
-                        pos = j
-                        break
-                if pos == s0 + depth[k]:
-                    depth[k] += 1
-                    used[k] += w[x]
+                s0, held = stack_at[k], (pres[x] >> k) & 1
+                pos = s0
+                stack[s0 + depth[k]] = x  # a sentinel past the entries: not held
+                while stack[pos] != x:
+                    pos += 1
+                depth[k], used[k] = depth[k] + 1 - held, used[k] + w[x] * (1 - held)
+                pres[x] |= 1 << k
                 for j in range(pos, s0, -1):
                     stack[j] = stack[j - 1]
                 stack[s0] = x
                 while used[k] > caps[k]:
                     depth[k] -= 1
                     used[k] -= w[stack[s0 + depth[k]]]
-    return out
+                    pres[stack[s0 + depth[k]]] &= ~(1 << k)
+    for c in range(nk * width):  # the extra row's counts (not its requests) to every capacity
+        out[c] += out[nk * width + c % width] * (c % width != 3)
+    return out[:nk * width]

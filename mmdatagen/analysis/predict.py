@@ -116,7 +116,9 @@ class Analysis:
 
 
 def _completion_points(ev, trace, sizes, tokens, oversize) -> S.Points:
-    return S.Points(S.completion_counter(trace, sizes, tokens, ev, oversize == "flush"))
+    counter = S.completion_counter(trace, sizes, tokens, ev, oversize == "flush")
+    cheap = getattr(counter, "cheap", None)
+    return S.Points(counter) if cheap is None else S.Points(counter, S.SPREAD, cheap)
 
 
 def _replay_points(target, trace, sizes, tokens, fifo: bool) -> S.Points:
@@ -180,7 +182,7 @@ def _sampled_eval(pts: S.Points, hi: Callable[[bool], int], samples: Callable[[]
     curve's ``samples`` (when wanted) and the capacities about to be asked (``warm``) are
     replayed together."""
     caps = samples() if want_curve else np.zeros(0, np.int64)
-    pts.many([*caps.tolist(), *warm, hi(False), *pts.seeds(hi(False))])
+    pts.many([*caps.tolist(), *warm, *pts.starts(hi(False), False)])
     curve = (_curve_from_points(pts, caps, trace) if want_curve
              else Curve(*(np.zeros(0, np.int64),) * 5))
     return _Eval(pts.at, lambda c: pts.at(c, True), lambda h, u: pts.smallest(h, hi(u), u),

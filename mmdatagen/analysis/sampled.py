@@ -26,6 +26,8 @@ BATCH = 32  # capacities per compiled pass (state: objects x BATCH)
 GRID_EXACT = 4096  # capacity ranges searched exactly; larger ones on a geometric grid
 GRID_STEP = 0.01  # relative step of that grid (thresholds of replay methods within 1 %)
 SMALL_DEPTH = 48  # capacities of at most this many entries: a small direct replay
+NEAR = 4  # grid neighbours replayed beside a walk's predicted answer (cheap counters)
+SPREAD = 24  # capacities a cheap counter's searches start from
 SEED_DEPTH = 1  # the search tree's top levels replayed first (shared by every search)
 _CAP = 1 << 62
 BITPOS = np.zeros(67, np.int64)  # the position of a single set bit b: BITPOS[b % 67]
@@ -40,8 +42,13 @@ class Points:
     """Counts (hits, hit bytes and tokens, all-hit requests, per modality) at any capacity in
     the entry unit, or in entries (``unit``), from ``counter``; memoised."""
 
-    def __init__(self, counter: Counter) -> None:
+    def __init__(self, counter: Counter, spread: int = 0,
+                 cheap: Callable[[bool], int] = lambda unit: _CAP) -> None:
         self.counter = counter
+        # a counter whose cost hardly grows with the capacities of a pass from ``cheap(unit)``
+        # up: its searches start from ``spread`` capacities across that part of the grid and
+        # replay each walk's grid neighbours there too
+        self.spread, self.cheap = spread, cheap
         self.memo: dict[tuple[int, bool], dict] = {}
         self.below: dict[tuple[int, bool], float] = {}  # replays stopped: fewer hits than this
 
@@ -70,7 +77,7 @@ class Points:
         """Per hit target, the smallest capacity in [0, hi] with at least that many hits:
         exact for small ranges, else on a grid of 1 % steps (a binary search each)."""
         grid = _grid(hi)
-        top = self.many([hi, *self.seeds(hi)], unit)[0]["hits"]
+        top = self.many(self.starts(hi, unit), unit)[0]["hits"]
         out: list[int | None] = [None if top < need else -1 for need in needs]
         while True:
             known = sorted((c, v["hits"]) for (c, u), v in self.memo.items() if u == unit)
@@ -80,12 +87,29 @@ class Points:
             for k, need in enumerate(needs):
                 if out[k] is not None:
                     out[k], unknown = _walk(grid, need, unit, self, xs, ys)
+                    if unknown and self.spread:
+                        unknown += self._near(grid, out[k], unit)
                     for cap in unknown:
                         todo[cap] = min(todo.get(cap, np.inf), need)
             if not todo:
                 return out
             self._replay(todo, unit)
 
+
+    def starts(self, hi: int, unit: bool) -> list[int]:
+        """What the searches up to ``hi`` replay first: ``hi``, the seeds, and (a cheap
+        counter) ``spread`` capacities across the grid."""
+        grid = _grid(hi)
+        part = grid[grid >= self.cheap(unit)]
+        wide = part[np.linspace(0, part.size - 1, self.spread * (part.size > 0)).astype(
+            np.int64)].tolist()
+        return [hi, *self.seeds(hi), *wide]
+
+    def _near(self, grid: np.ndarray, cap: int | None, unit: bool) -> list[int]:
+        """Grid capacities next to a walk's predicted answer, not replayed yet."""
+        at = int(np.searchsorted(grid, cap if cap is not None else grid[-1]))
+        return [int(c) for c in grid[max(at - NEAR, 0):at + NEAR + 1]
+                if (int(c), unit) not in self.memo and c >= self.cheap(unit)]
 
     @staticmethod
     def seeds(hi: int) -> list[int]:
@@ -194,7 +218,8 @@ class _Misses:
 
 
 def _batched(misses: _Misses, w: np.ndarray, used: np.ndarray, caps: np.ndarray,
-             needs: np.ndarray, run: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> list:
+             needs: np.ndarray, run: Callable[[np.ndarray, np.ndarray], np.ndarray],
+             batch: int = BATCH) -> list:
     """Counts at ``caps``, ``BATCH`` capacities a ``run(capacities, stops)``: a capacity with a
     hit target stops once its misses leave fewer hits (None); a capacity below every entry's
     weight ``w`` keeps nothing (no replay: nothing hits)."""
@@ -203,8 +228,8 @@ def _batched(misses: _Misses, w: np.ndarray, used: np.ndarray, caps: np.ndarray,
     out: list = [zero] * caps.size
     live = np.flatnonzero(caps >= smallest)
     stops = np.where(needs >= 0, misses.total[0] - np.ceil(needs), -1).astype(np.int64)
-    for i in range(0, live.size, BATCH):
-        part = live[i:i + BATCH]
+    for i in range(0, live.size, batch):
+        part = live[i:i + batch]
         got = np.asarray(run(caps[part], stops[part]), np.int64).reshape(-1, misses.width)
         for j, row, counts in zip(part, got, misses.counts(got)):
             out[j] = None if row[0] > stops[j] >= 0 else counts
@@ -240,13 +265,13 @@ def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: 
     flushes, from the bounds of :class:`OneAtATime`."""
     misses = _Misses(trace, sizes, tokens)
     ids = np.ascontiguousarray(trace.ids, np.int64)
-    row_start = trace.row_start.astype(np.int64)
+    row_start = np.ascontiguousarray(trace.row_start, np.int64)
     ev = np.ascontiguousarray(ev, np.int64)
     used = np.flatnonzero(np.bincount(ids, minlength=misses.m))
     rows = np.arange(trace.num_rows)  # each request completes before the next is looked up?
     one_at_a_time = ev.size == 2 * rows.size and bool(
         np.array_equal(ev[0::2], rows) and np.array_equal(ev[1::2], ~rows))
-    one = OneAtATime(trace, misses, used, flush) if one_at_a_time else None
+    one = OneAtATime(trace, row_start, misses, used, flush) if one_at_a_time else None
 
     def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
         w = np.ones_like(sizes) if unit else np.asarray(sizes, np.int64)
@@ -260,7 +285,12 @@ def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: 
                 np.zeros(m, np.int64), np.zeros(m * k, np.int64), np.zeros(ids.size, np.int64),
                 np.zeros(2 * ids.size, np.int64), np.zeros(k * misses.width, np.int64)],
                 ids.size * k)
-        return _batched(misses, w, used, caps, needs, run)
+        if one is not None and not flush:  # counted in full anyway: keep every count
+            needs = np.where(caps >= (int(w[used].max()) if used.size else 0), -1.0, needs)
+        return _batched(misses, w, used, caps, needs, run, BATCH if one is None else 62)
+    if one is not None and not flush:  # from the largest entry up, a pass costs the same
+        top = int(sizes[used].max()) if used.size else 0
+        counter.cheap = lambda unit: 1 if unit else top  # type: ignore[attr-defined]
     return counter
 
 
@@ -271,14 +301,16 @@ class OneAtATime:
     references between them decided per capacity by ``kernels.bounds_batch_kernel``), at
     capacities of a few entries by a small direct replay, else by the general replay."""
 
-    def __init__(self, trace: Trace, misses: _Misses, used: np.ndarray, flush: bool) -> None:
+    def __init__(self, trace: Trace, row_start: np.ndarray, misses: _Misses, used: np.ndarray,
+                 flush: bool) -> None:
         self.misses, self.flush = misses, flush
         self.ids = np.ascontiguousarray(trace.ids, np.int64)
         self.ref_row = np.ascontiguousarray(trace.ref_row, np.int64)
-        self.row_start = trace.row_start.astype(np.int64)
+        self.row_start = row_start
         self.used = used
         self.longest = int(np.diff(self.row_start).max()) if trace.num_rows else 0
         self._bounds: tuple | None = None
+        self._work: tuple | None = None
         self._log: tuple | None = None
 
     def run(self, w: np.ndarray, unit: bool, part: np.ndarray, stop: np.ndarray) -> np.ndarray:
@@ -307,8 +339,10 @@ class OneAtATime:
         b, prev, nxt = self._bounds
         k, width, n = part.size, self.misses.width, self.ids.size
         order = np.argsort(part, kind="stable")  # the kernels take them ascending
+        if self._work is None:  # hit bits and undecided references: one buffer each
+            self._work = (np.empty(n, np.int64), np.empty(n, np.int64))
         args = [self.row_start, self.ref_row, self.ids, sizes, self.misses.info, b, prev, nxt,
-                part[order], np.zeros(n, np.int64), np.empty(n, np.int64), BITPOS,
+                part[order], *self._work, BITPOS,
                 np.zeros((k + 1) * width, np.int64), np.zeros(k * width, np.int64)]
         if K.for_size(K.hits_kernel, n) is K.hits_kernel:  # plain Python: on lists
             args = [a.tolist() for a in args]
@@ -324,10 +358,11 @@ class OneAtATime:
 
     def _small(self, w: np.ndarray, part: np.ndarray, smallest: int) -> np.ndarray:
         at = np.r_[0, np.cumsum(part // smallest + 2)].astype(np.int64)
+        width = self.misses.width
         return _run(K.small_completion_kernel, [
-            self.row_start, self.ids, w, self.misses.info, part, np.zeros(int(at[-1]), np.int64),
-            at, np.zeros(self.longest, np.int64), np.zeros(part.size * self.misses.width,
-                                                           np.int64)], self.ids.size * part.size)
+            self.row_start, self.ids, w, self.misses.info, part, np.zeros(self.misses.m, np.int64),
+            np.zeros(int(at[-1]), np.int64), at, np.zeros(self.longest, np.int64),
+            np.zeros((part.size + 1) * width, np.int64)], self.ids.size * part.size)
 
     def _replay(self, w: np.ndarray, part: np.ndarray, stop: np.ndarray) -> np.ndarray:
         if self._log is None:
@@ -346,10 +381,11 @@ def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
     entries), its object's previous and next reference."""
     n, m = ids.size, int(w.size)
     slots = 2 * m + 2 + (int(np.diff(row_start).max()) if n else 0)  # room for any request
-    args = [row_start, ids, np.asarray(w, np.int64), np.empty(4 * n, np.int64),
-            np.empty(n, np.int64), np.zeros(m, np.int64), np.full(2 * m, -1, np.int64),
-            np.full(m, -1, np.int64), np.zeros(m, np.int64), np.zeros(2 * slots + 2, np.int64),
-            np.full(slots + 1, -1, np.int64), np.array([0, 1, 0, 0], np.int64)]
+    obj = np.full((m, 8), -1, np.int64)
+    obj[:, 2], obj[:, 5] = 0, w
+    args = [row_start, ids, np.empty(4 * n, np.int64), np.empty(n, np.int64), obj.reshape(-1),
+            np.zeros(2 * slots + 2, np.int64), np.full(slots + 1, -1, np.int64),
+            np.array([0, 1, 0, 0], np.int64)]
     fn, compact = K.for_size(K.bounds_kernel, n), K.for_size(K.compact_kernel, n)
     if fn is K.bounds_kernel:
         args = [a.tolist() for a in args]
@@ -357,9 +393,9 @@ def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
         fn(*args)
         if args[-1][0] >= row_start.size - 1:
             break
-        compact(args[2], args[5], args[9], args[10], args[11])
+        compact(*args[4:])
     nxt = K.for_size(K.next_kernel, n)(ids, np.empty(n, np.int64), np.full(m, -1, np.int64))
-    return np.asarray(args[3], np.int64), np.asarray(args[4], np.int64), np.asarray(nxt,
+    return np.asarray(args[2], np.int64), np.asarray(args[3], np.int64), np.asarray(nxt,
                                                                                   np.int64)
 
 
