@@ -219,6 +219,9 @@ def _evaluate(t: CacheTarget, trace: Trace, sizes, tokens, ev, sem: Semantics,
         return _sampled_eval(
             pts, lambda u: used.size if u else int(sizes[used].sum()) + 1 if used.size else 1,
             sampled(CURVE_SAMPLES), trace, warm, want_curve,
+            "one request at a time: per reference, bounds on the capacity its hit needs from "
+            "one recency pass, decided exactly at each capacity (compiled, many capacities a "
+            "pass; small capacities replayed)" if pts.spread else
             f"event replay, {sem.in_flight} in flight completing first-in first-out "
             "(compiled, many capacities a pass)")
     if t.touch_request_first or t.eviction == "freeable":
@@ -349,7 +352,7 @@ def _lookups(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, sem: Semantics
     tier, only the front's misses), its events where the order needs them, and the summary's
     ``front`` block (empty without a front)."""
     ev = None
-    if depends:
+    if depends and (sem.in_flight > 1 or sem.dispatch != "file"):  # else: None, one at a time
         trace, ev = _dispatched(trace, sem, None)
     if front is None:
         return trace, ev, {}

@@ -258,19 +258,19 @@ def fifo_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Counter
     return counter
 
 
-def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray, ev: np.ndarray,
-                       flush: bool) -> Counter:
+def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray,
+                       ev: np.ndarray | None, flush: bool) -> Counter:
     """Counts of an LRU that stores a missed entry when its request completes (``ev``: lookups
-    ``r`` and completions ``~r``), many capacities a pass; one request at a time without
-    flushes, from the bounds of :class:`OneAtATime`."""
+    ``r`` and completions ``~r``; None: one request at a time, in file order), many capacities
+    a pass; one request at a time, from :class:`OneAtATime`."""
     misses = _Misses(trace, sizes, tokens)
     ids = np.ascontiguousarray(trace.ids, np.int64)
     row_start = np.ascontiguousarray(trace.row_start, np.int64)
-    ev = np.ascontiguousarray(ev, np.int64)
     used = np.flatnonzero(np.bincount(ids, minlength=misses.m))
     rows = np.arange(trace.num_rows)  # each request completes before the next is looked up?
-    one_at_a_time = ev.size == 2 * rows.size and bool(
-        np.array_equal(ev[0::2], rows) and np.array_equal(ev[1::2], ~rows))
+    one_at_a_time = ev is None or (ev.size == 2 * rows.size and bool(
+        np.array_equal(ev[0::2], rows) and np.array_equal(ev[1::2], ~rows)))
+    ev = np.zeros(0, np.int64) if ev is None else np.ascontiguousarray(ev, np.int64)
     one = OneAtATime(trace, row_start, misses, used, flush) if one_at_a_time else None
 
     def counter(caps: np.ndarray, unit: bool, needs: np.ndarray) -> list:
