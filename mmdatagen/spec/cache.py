@@ -103,12 +103,14 @@ class SimCache:
 @spec
 @dataclass(frozen=True)
 class SweepCache:
-    """``simulate --cache-size``: one size is the run's cache; several are one virtual run
-    each, printed as a table (and sweep.json in --output-dir) instead of one run's export."""
+    """``simulate --cache-size``: one size is the run's cache; several are a what-if
+    (``sim.whatif``: one virtual run each, with intervals from a calibrated profile), printed
+    as a table (and sweep.json plus report.html in --output-dir) instead of one run's export."""
 
     cache_size: tuple[str, ...] = list_option(
         "--cache-size", SIZE_HELP + "; 0 = off. Several sizes (a list 0,0.5,10 or a range "
-        "start:stop[:step]) are one virtual run each, printed as a table (and sweep.json in "
+        "start:stop[:step]) are a what-if: one virtual run each, printed as a table with "
+        "intervals when the profile was calibrated (and sweep.json plus report.html in "
         "--output-dir). Default: the target's.", float, "SIZE", max=SIZE_MAX,
         aliases=(*SIZE_ALIASES, "--sweep-cache-gb"))
     slo: str | None = option(None, "--slo", "What-if objective STAT:MS (STAT ttft_avg, ttft_p50 "
