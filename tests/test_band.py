@@ -194,7 +194,7 @@ def test_range_sums_equal_a_naive_count(keys, data):
 
 # -- first come, first served: windows on the first-token axis ----------------------------------
 @st.composite
-def fcfs_runs(draw):
+def fcfs_runs(draw, chunked: bool = True):
     """A small first-come-first-served engine: requests arrive (send plus a processing delay
     that may reorder them), wait in arrival order, and are scheduled with chunked prefill (a
     token budget per step; running requests first, then waiting ones while budget is left;
@@ -229,6 +229,8 @@ def fcfs_runs(draw):
             left[i] -= take
             room -= take
         while waiting and room > 0 and arrive[waiting[0]] <= t:
+            if not chunked and left[waiting[0]] > room and room < budget:
+                break  # one-step prefills: it waits for a step with room for all of it
             i = waiting.pop(0)
             events.append((t, len(events), 0, i))
             take = min(left[i], room)
@@ -250,11 +252,12 @@ def fcfs_runs(draw):
             "sizes": sizes, "capacity": draw(st.integers(0, 6)), "fail": failed}
 
 
-def _fcfs(run: dict, later: bool):
+def _fcfs(run: dict, later: bool, at_first_token: bool = False):
     from mmdatagen.loadgen.band import fcfs_windows
 
     reply = np.where(run["first"] >= 0, run["first"], run["end"])
-    return fcfs_windows(run["s"], run["first"], reply, reply if later else None, tie_ns=3)
+    return fcfs_windows(run["s"], run["first"], reply, reply if later else None, tie_ns=3,
+                        at_first_token=at_first_token)
 
 
 @settings(max_examples=400, deadline=None)
@@ -262,7 +265,18 @@ def _fcfs(run: dict, later: bool):
 def test_fcfs_windows_hold_the_engines_order(run):
     """The engine's true order of lookups and releases is one the windows allow: no event is
     forced before one that truly came earlier."""
-    w = _fcfs(run, later=True)
+    _holds(run, _fcfs(run, later=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(run=fcfs_runs(chunked=False))
+def test_release_in_the_first_tokens_step_holds_for_one_step_prefills(run):
+    """Releases placed in their first token's group hold when every prefill is one step (a
+    request waits for a step with room for all of its tokens; a larger one runs alone)."""
+    _holds(run, _fcfs(run, later=True, at_first_token=True))
+
+
+def _holds(run: dict, w) -> None:
     lo = {(0, i): w.lo[i] for i in range(len(run["s"]))}
     hi = {(0, i): w.hi[i] for i in range(len(run["s"]))}
     for i in range(len(run["s"])):

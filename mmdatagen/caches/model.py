@@ -268,6 +268,26 @@ class FreeableCache(CacheModel):
     def abort(self, rid: Hashable) -> None:
         self.finish(rid)  # an aborted request releases its entries
 
+    def entries(self) -> tuple:
+        """The state as a value: the freeable entries (key, size) oldest release first, the
+        pinned ones (key, size, users) and each request's held keys; ``load`` restores it
+        (the order band's search branches on it). Equal states give equal values."""
+        pinned = frozenset((k, self._size[k], frozenset(u)) for k, u in self._users.items() if u)
+        held = frozenset((rid, tuple(keys)) for rid, keys in self._held.items())
+        return tuple(self._freeable.items()), pinned, held
+
+    def load(self, state: tuple) -> None:
+        freeable, pinned, held = state
+        self._freeable = OrderedDict(freeable)
+        self._freeable_total = sum(size for _, size in freeable)
+        self._size = dict(freeable)
+        self._users = {k: set() for k, _ in freeable}
+        for key, size, users in pinned:
+            self._size[key] = size
+            self._users[key] = set(users)
+        self._held = {rid: list(keys) for rid, keys in held}
+        self.used = sum(self._size.values())
+
     def _clear(self) -> None:
         for d in (self._size, self._users, self._freeable, self._held):
             d.clear()
@@ -335,6 +355,15 @@ class TieredCache(CacheModel):
 
     def abort(self, rid: Hashable) -> None:
         self.front.abort(rid)
+
+    def entries(self) -> tuple:
+        """The state as a value (the front's, then the connector's entries); see ``load``."""
+        return self.front.entries(), self.back.entries()
+
+    def load(self, state: tuple) -> None:
+        self.front.load(state[0])
+        self.back.load(state[1])
+        self._sync()
 
     def _clear(self) -> None:
         self.front.clear()

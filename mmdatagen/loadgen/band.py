@@ -715,27 +715,56 @@ class _LruStepper(_Stepper):
 
     def settle(self, state: Hashable, first: int) -> Hashable:
         assert isinstance(state, tuple)
-        out: list[tuple[Hashable, int]] = []
-        run = 0
-        for key, size in reversed(state):  # from the most recent
-            if self.last.get(key, -1) < first:  # no unplaced request holds it
-                run += size
-                continue
-            if run:
-                out.append(((_GONE, len(out)), run))
-                run = 0
-            out.append((key, size))
-        return tuple(reversed(out))
+        return _anonymous_runs(state, self.last, first)
+
+
+def _anonymous_runs(entries: tuple, last: dict[Hashable, int], first: int) -> tuple:
+    """Ordered entries (key, size), each run of entries no event from ``first`` on looks up
+    as one anonymous entry of their total size (evicted before any later entry, it acts as
+    room: the live entries behave the same)."""
+    out: list[tuple[Hashable, int]] = []
+    run = 0
+    for key, size in reversed(entries):  # from the most recent
+        if last.get(key, -1) < first:  # no unplaced request holds it
+            run += size
+            continue
+        if run:
+            out.append(((_GONE, len(out)), run))
+            run = 0
+        out.append((key, size))
+    if run:
+        out.append(((_GONE, len(out)), run))
+    return tuple(reversed(out))
+
+
+class _TierStepper(_LruStepper):
+    """For vLLM's encoder cache alone or in front of Dynamo's connector (``entries`` /
+    ``load`` of ``FreeableCache`` and ``TieredCache``): the freeable list and the connector's
+    LRU reduced as an LRU's state is (anonymous runs of dead entries); pinned entries and the
+    held keys stay as they are (their releases are still to come)."""
+
+    def initial(self, cache: Any) -> Hashable:
+        return cache.entries()
+
+    def settle(self, state: Hashable, first: int) -> Hashable:
+        assert isinstance(state, tuple)
+        if len(state) == 2:  # a TieredCache: (front, back)
+            return self.settle(state[0], first), _anonymous_runs(state[1], self.last, first)
+        freeable, pinned, held = state
+        return _anonymous_runs(freeable, self.last, first), pinned, held
 
 
 def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
              fail: Sequence[bool], factory: Callable[[], Any]) -> _Stepper:
     from ..caches import OrderedCache
+    from ..caches.model import FreeableCache, TieredCache
 
     start = factory()
     _quiet(start)
     if type(start) is OrderedCache and start.insert_on_lookup:
         return _LruStepper(ev, items, fail, start, factory)
+    if type(start) in (FreeableCache, TieredCache):
+        return _TierStepper(ev, items, fail, start, factory)
     return _Stepper(ev, items, fail, start)
 
 
@@ -767,7 +796,7 @@ class FcfsWindows:
 
 def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
                  later: np.ndarray | None, slack: np.ndarray | None = None,
-                 tie_ns: int = TIE_NS) -> FcfsWindows:
+                 tie_ns: int = TIE_NS, at_first_token: bool = False) -> FcfsWindows:
     """The windows of a first-come-first-served engine, on the axis of first-token times.
 
     An engine that schedules in arrival order (vLLM's and SGLang's default, Dynamo's workers on
@@ -783,7 +812,13 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     every group that ended before ``a`` (those lookups were done by their first tokens), and
     before every group after the group of the earliest request sent after ``b`` (it, and by the
     order of arrival every later group, looked up after ``b``). ``first``: -1 where a request
-    has no first token."""
+    has no first token.
+
+    ``at_first_token``: the later moments are the end of the step that gave the first token
+    (vLLM releases a request's encoder-cache entries when its prefill is done): a request with
+    a first token releases within its own group, before every later group's lookups. This
+    assumes each prefill is one step (its lookups are in its first token's step); a prefill
+    chunked over several steps looks up earlier, which only the band over any order covers."""
     slack = np.zeros(s.size, np.int64) if slack is None else slack.astype(np.int64)
     tok = first >= 0
     axis = _TokenAxis(s - slack, first, tok, slack, tie_ns)
@@ -794,6 +829,8 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     if later is None:
         return FcfsWindows(lo, hi, None, None)
     later_lo, later_hi = axis.place(s - slack, later + slack)
+    if at_first_token:
+        later_lo[tok], later_hi[tok] = lo[tok], hi[tok]
     return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi))
 
 

@@ -290,8 +290,7 @@ class ImageTracker:
         fail = [self.later_kind(r) == 2 for r in t.recs]
         logged = self.logged(t.recs)
         if logged is not None:
-            return self.logged_band(idx, np.array(logged, np.int64), t.start, t.fin, weights,
-                                    fail, exact)
+            return self.logged_band(idx, np.array(logged, np.int64), t, weights, fail, exact)
         s, f, fin = t.start - t.slack, t.reply + t.slack, t.fin
         if known_order(s, f if fin is None else np.maximum(f, fin + t.slack)):
             return _known_band(exact, "known (no two requests' windows overlap)")
@@ -299,35 +298,46 @@ class ImageTracker:
                                fail)
         if not (t.first >= 0).any():
             return any_order
-        w = fcfs_windows(t.start, t.first, t.reply, fin, t.slack)
+        w = fcfs_windows(t.start, t.first, t.reply, fin, t.slack,
+                         at_first_token=self.target.releases)
         pos = np.argsort(w.lo, kind="stable")
         fcfs = self._band([idx[p] for p in pos], w.lo[pos], w.hi[pos],
                           None if w.later_hi is None else w.later_hi[pos],
                           None if w.later_lo is None else w.later_lo[pos],
                           [wt[pos] for wt in weights], [fail[p] for p in pos])
         fcfs["order"] = (f"first come, first served: lookups in first-token order, first tokens "
-                         f"within {TIE_NS / 1e6:g} ms of each other in either order")
+                         f"within {TIE_NS / 1e6:g} ms of each other in either order" + (
+                             "; entries released in the first token's step (a prefill of one "
+                             "step)" if self.target.releases else ""))
         any_order["order"] = "any: every order the send and first-byte times allow"
         return {**fcfs, "any_order": any_order}
 
-    def logged_band(self, idx: list[int], place: np.ndarray, start: np.ndarray,
-                    fin: np.ndarray | None, weights: list[np.ndarray], fail: list[bool],
-                    exact: tuple[int, int]) -> dict:
+    def logged_band(self, idx: list[int], place: np.ndarray, t: _Times,
+                    weights: list[np.ndarray], fail: list[bool], exact: tuple[int, int]) -> dict:
         """The band when the server's log gives the lookup order: width 0 unless a target's
         later moments (releases, completions) are open: each after its own lookup and before
-        the lookup of the first request, in the log, sent after the client saw the moment."""
-        if fin is None:
+        the lookup of the first request, in the log, sent after the client saw the moment; a
+        release (vLLM's encoder cache) before the lookups of the requests whose first tokens
+        come in later steps (``band.fcfs_windows``' groups: a prefill of one step)."""
+        if t.fin is None:
             return _known_band(exact, "the server's log order")
         pos = np.argsort(place, kind="stable")
-        place, start, fin = place[pos], start[pos], fin[pos]
+        place, start, fin = place[pos], t.start[pos], t.fin[pos]
         by_send = np.argsort(start, kind="stable")
         low_after = np.minimum.accumulate(place[by_send][::-1])[::-1]
         nxt = np.searchsorted(start[by_send], fin, side="right")
         top = 2 * int(place.max()) + 3
         hi = np.where(nxt < place.size, 2 * low_after[np.minimum(nxt, place.size - 1)] - 1, top)
+        first = t.first[pos]
+        if self.target.releases and (first >= 0).any():
+            w = fcfs_windows(start, first, t.reply[pos], None, t.slack[pos])
+            for p in np.flatnonzero(first >= 0).tolist():  # log order: the next later group
+                q = next((q for q in range(p + 1, place.size) if w.lo[q] > w.hi[p]), None)
+                hi[p] = min(hi[p], top if q is None else 2 * place[q] - 1)
         out = self._band([idx[p] for p in pos], 2 * place, 2 * place, np.maximum(hi, 2 * place + 1),
                          2 * place + 1, [w[pos] for w in weights], [fail[p] for p in pos])
-        out["order"] = "the server's log order; later moments between it and the send times"
+        out["order"] = "the server's log order; later moments between it and the send times" + (
+            " or the next step's first tokens" if self.target.releases else "")
         return out
 
     def _band(self, idx: list[int], s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
