@@ -180,15 +180,16 @@ def test_bench_names_the_fault(mirror_run):
     assert BUG_NAME in mirror_run["stdout"], mirror_run["stdout"][-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: bench's prediction walks a failed request's every item; the engine stops at the "
-    "failing one (a miss, not inserted). The replay test above models the engine; bench's cache "
-    "model does not predict the mirror fault yet (measured 34/90 predicted vs 26/84 counted)"))
 def test_prediction_counts_what_the_engine_counted(mirror_run):
     """Bench's processor-cache prediction counts the failed requests as the engine did: their
-    lookups up to the failing item (which misses and is not inserted), none after it. Strict
-    xfail: it fails the suite the day the prediction matches, so the marker goes then."""
+    lookups up to the failing item (which misses and is not inserted), none after it (the
+    model's ``stale_fault``, on for a real engine), and predicts which requests fail."""
     pred = mirror_run["export"]["image_cache"]["predicted"]
     assert pred["cache"] == "vllm-processor", pred
     assert (pred["hits"], pred["references"]) == (mirror_run["engine"]["hits"],
                                                   mirror_run["engine"]["queries"]), pred
+    assert pred["band"]["width"] == 0, pred  # concurrency 1: the order is known
+    n = sum(1 for row in mirror_run["replay"] if row["fault"] is not None)
+    assert pred.get("faults") == {KNOWN_FAULT: n}, pred  # which requests fail, predicted
+    assert f"predicted engine faults: {n} requests fail inside the engine" in \
+        mirror_run["stdout"], mirror_run["stdout"][-2000:]
