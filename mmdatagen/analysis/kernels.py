@@ -654,16 +654,18 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
     size plus all sizes above it fit. Above it: the objects of every later request (a Fenwick
     tree over recency slots, as ``stack_kernel``), and those of its own last request Q placed
     above it, which depends on their hits at that capacity (none to all of Q's others).
-    ``obj[8x:8x + 8]``: x's last reference, its request (-1 - r: alone in it), slot, first and
-    last reference in the current request, size, that request's references; ``state``: next request, next slot, total
+    ``obj[8x:8x + 8]``: x's last reference and request, slot, first and last reference in the
+    current request, size, the first and last slot of its last request's block; ``state``: next request, next slot, total
     size, objects; returns when a request may not find free slots (``compact_kernel``)."""
     cap, half = len(slot_obj) - 1, 2 * len(ids)
     r, nslot, total, seen = state[0], state[1], state[2], state[3]
     while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:
         a, b = row_start[r], row_start[r + 1]
+        first = nslot  # the request's objects take the next slots, one each
         for i in range(a, b):  # lookups
             o = 8 * ids[i]
             f = obj[o + 3]
+            first -= f < a
             prev[i] = obj[o + 4] if f >= a else obj[o]
             obj[o + 4], p = i, prev[i]
             if f >= a or p < 0:  # a repeat inside the request (as its first copy), or new
@@ -674,15 +676,16 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
             obj[o + 3], k, pre, pre1 = i, obj[o + 2], 0, 0
             while k > 0:
                 pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
-            q, before, after, before1, after1 = obj[o + 1], 0, 0, 0, 0
-            for j in range(obj[o + 6], obj[o + 7] * (q >= 0)):
-                y = 8 * ids[j]  # Q's other objects still there
-                if y != o and obj[y + 1] == q and obj[y] == j:
-                    before, before1 = before + obj[y + 5] * (j < p), before1 + (j < p)
-                    after, after1 = after + obj[y + 5] * (j > p), after1 + (j > p)
+            k, before, before1 = obj[o + 6] - 1, pre - obj[o + 5], pre1 - 1  # Q's block of
+            while k > 0:  # slots: its others still there sit before x's slot or after it
+                before, before1, k = before - tree[2 * k], before1 - tree[2 * k + 1], k - (k & -k)
+            k, after, after1 = obj[o + 7], -pre, -pre1
+            while k > 0:
+                after, after1, k = after + tree[2 * k], after1 + tree[2 * k + 1], k - (k & -k)
             top, top1 = obj[o + 5] + total - pre, 1 + seen - pre1  # Q's later ones are above
             bounds[2 * i], bounds[2 * i + 1] = top - after, top + before
             bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - after1, top1 + before1
+        first, last = nslot, 2 * nslot - first - 1  # the block of slots they take
         for i in range(a, b):  # completion: the request's objects on top, last use first
             o = 8 * ids[i]
             if obj[o + 4] != i:
@@ -696,14 +699,15 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
             obj[o + 2], slot_obj[nslot], nslot = nslot, ids[i], nslot + 1
             while k <= cap:
                 tree[2 * k], tree[2 * k + 1], k = tree[2 * k] + s, tree[2 * k + 1] + 1, k + (k & -k)
-            obj[o], obj[o + 1], obj[o + 6], obj[o + 7] = i, r if b - a > 1 else -1 - r, a, b
+            obj[o], obj[o + 1], obj[o + 6], obj[o + 7] = i, r, first, last
         r += 1
     state[0], state[1], state[2], state[3] = r, nslot, total, seen
     return state
 
 
 def compact_kernel(obj, tree, slot_obj, state):
-    """``bounds_kernel``'s slots renumbered 1..live in order, its Fenwick trees rebuilt."""
+    """``bounds_kernel``'s slots renumbered 1..live in order (each request's block of slots
+    with them), its Fenwick trees rebuilt."""
     cap = len(slot_obj) - 1
     live = 0
     for j in range(1, cap + 1):
@@ -713,6 +717,12 @@ def compact_kernel(obj, tree, slot_obj, state):
             slot_obj[j] = -1
             slot_obj[live] = o
             obj[8 * o + 2] = live
+    for j in range(1, live + 1):  # a block: a run of slots of one request's objects
+        o, before = 8 * slot_obj[j], 8 * slot_obj[j - 1]
+        obj[o + 6] = j if j == 1 or obj[o + 1] != obj[before + 1] else obj[before + 6]
+    for j in range(live, 0, -1):
+        o, after = 8 * slot_obj[j], 8 * slot_obj[min(j + 1, cap)]
+        obj[o + 7] = j if j == live or obj[o + 1] != obj[after + 1] else obj[after + 7]
     for j in range(1, cap + 1):
         tree[2 * j] = obj[8 * slot_obj[j] + 5] if j <= live else 0
         tree[2 * j + 1] = 1 if j <= live else 0
