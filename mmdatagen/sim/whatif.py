@@ -187,8 +187,9 @@ def whatif_table(rows: list[dict], unit: str, slo: tuple[str, float] | None = No
     if slo is not None:
         met = slo_met(rows, slo)
         stat = next(s for s, key in SLO_STATS.items() if key == slo[0])
+        upper_end = " (upper end of the interval)" if rows and "interval" in rows[0] else ""
         lines.append(f"SLO {stat} <= {slo[1]:g} ms: " + (
-            f"met from {met:g} {unit} (upper end of the interval)" if met is not None
+            f"met from {met:g} {unit}{upper_end}" if met is not None
             else "not met at any size simulated"))
     return "\n".join(lines)
 
