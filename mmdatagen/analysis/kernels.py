@@ -215,9 +215,11 @@ def group_kernel(packed, bits, obj_sizes, obj_tokens, lo, lead):
     after ``lead`` free slots (room for the curve pieces below ``lo``)."""
     n = len(packed)
     caps = np.empty(n + 1 + lead, np.int64)
-    cols = np.zeros((4, n + 1 + lead), np.int64)
+    cols = np.empty((4, n + 1 + lead), np.int64)  # written up to the last breakpoint only
     mask = (1 << bits) - 1
     caps[lead] = lo
+    for c in range(4):
+        cols[c, lead] = 0
     k = lead
     h = 0
     b = 0
