@@ -17,6 +17,10 @@ cache costs more than the loop (``PYTHON_MAX_REFS``). Callers pick a version wit
 - ``touch_kernel``: vLLM's processor cache (a request touches its cached items first).
 - ``fifo_kernel``: a FIFO by size at one capacity.
 - ``random_events_kernel``, ``completion_kernel``: dispatch orders and insert-at-completion.
+- ``*_batch_kernel``: FIFO and insert-at-completion replays, many capacities a pass.
+- ``bounds_kernel`` (with ``compact_kernel``), ``hits_kernel``, ``decide_kernel``,
+  ``miss_count_kernel``: insert-at-completion one request at a time from per-reference bounds
+  (``sampled.OneAtATime``); ``small_completion_kernel``: the same at capacities of a few entries.
 """
 from __future__ import annotations
 

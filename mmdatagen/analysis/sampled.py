@@ -10,6 +10,16 @@ several hit targets at once: the path each search would take is predicted from t
 so far, every capacity on those paths is replayed in one pass, and the walk is repeated on the
 true counts until no search meets a capacity it has not replayed (the answers are those of the
 search one replay at a time).
+
+Insert at completion with one request at a time (Dynamo's disaggregated encode cache as analyze
+runs it) needs no replay per capacity where every entry fits (:class:`OneAtATime`): a request's
+completion puts its hits, then its misses, on top of the recency order, and the cache holds the
+longest top run that fits, so one pass (``kernels.bounds_kernel``) gives each reference the
+capacities below which it misses and from which it hits; only its last request's other objects,
+whose hits at that capacity place them above or below it, lie between, and those few references
+are decided per capacity (``kernels.decide_kernel``). Hits need not rise with capacity for a
+reference, so the counts come per capacity, many a pass for about the cost of one; such a
+counter's searches start wide and replay the neighbours of each predicted answer.
 """
 from __future__ import annotations
 

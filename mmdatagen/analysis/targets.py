@@ -11,7 +11,8 @@ policy allows it.
   answer counted for all its images.
 - A FIFO (vLLM's shm ring) has no inclusion property: one compiled replay per capacity.
 - Insert at encoder completion (Dynamo disaggregated) depends on completion order: event
-  replays per capacity (``concurrency``), the spread over orders in ``predict``.
+  replays per capacity (``concurrency``), the spread over orders in ``predict``; one request
+  at a time, per-reference bounds from one recency pass (``sampled.OneAtATime``).
 
 ``Replay`` is the exact reference for any target at one capacity: it drives the shared cache
 model (``caches.model``), the implementation the simulator runs.
