@@ -325,3 +325,7 @@ def test_fcfs_groups_order_what_the_send_times_leave_open():
     assert w.hi.tolist() == [102] * 3 + [201] * 2 + [302] * 3
     assert not known_order(s, first)
     assert known_order(w.lo[[0, 3, 5]], w.hi[[0, 3, 5]])  # the steps are ordered
+    assert w.largest == 3
+    dense = fcfs_windows(np.zeros(100, np.int64), np.arange(100, dtype=np.int64) * 1000, None,
+                         None, tie_ns=5_000)  # no steps apart: one group of everything
+    assert dense.largest == 100 and len(set(dense.lo.tolist())) == 1

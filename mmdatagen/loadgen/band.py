@@ -782,16 +782,19 @@ def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
 
 # -- first come, first served: the order a scheduler's first tokens show ------------------------
 TIE_NS = 5_000_000  # first tokens closer than this may come from one engine step: either order
+MAX_GROUP = 64  # a larger group of first tokens says no engine steps apart (a band over it: no)
 
 
 @dataclass(frozen=True)
 class FcfsWindows:
-    """Windows on the first-token axis (module ``fcfs_windows``), by request."""
+    """Windows on the first-token axis (module ``fcfs_windows``), by request; ``largest``:
+    the size of the largest group."""
 
     lo: np.ndarray
     hi: np.ndarray
     later_lo: np.ndarray | None
     later_hi: np.ndarray | None
+    largest: int = 0
 
 
 def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
@@ -826,12 +829,13 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     untok = np.flatnonzero(~tok)
     if untok.size:
         lo[untok], hi[untok] = axis.place((s - slack)[untok], (reply_end + slack)[untok])
+    largest = int(np.bincount(axis.member).max()) if axis.member.size else 0
     if later is None:
-        return FcfsWindows(lo, hi, None, None)
+        return FcfsWindows(lo, hi, None, None, largest)
     later_lo, later_hi = axis.place(s - slack, later + slack)
     if at_first_token:
         later_lo[tok], later_hi[tok] = lo[tok], hi[tok]
-    return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi))
+    return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi), largest)
 
 
 class _TokenAxis:

@@ -53,7 +53,7 @@ from ..io.imageref import (
 from ..io.readers import Turn
 from ..outcomes import engine_processed
 from ..vlm import VisionModel
-from .band import TIE_NS, fcfs_windows, known_order, order_band
+from .band import MAX_GROUP, TIE_NS, fcfs_windows, known_order, order_band
 
 
 class _MediaError(Exception):
@@ -300,6 +300,11 @@ class ImageTracker:
             return any_order
         w = fcfs_windows(t.start, t.first, t.reply, fin, t.slack,
                          at_first_token=self.target.releases)
+        if w.largest > MAX_GROUP:  # first tokens not apart in steps (no engine, or a fast one)
+            any_order["order"] = (f"any: every order the send and first-byte times allow ("
+                                  f"{w.largest:,} first tokens within {TIE_NS / 1e6:g} ms of "
+                                  "each other: no engine steps to order them)")
+            return any_order
         pos = np.argsort(w.lo, kind="stable")
         fcfs = self._band([idx[p] for p in pos], w.lo[pos], w.hi[pos],
                           None if w.later_hi is None else w.later_hi[pos],

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -95,7 +96,8 @@ WORKLOADS = [
      ["-n", "50", "--pool-size", "50", "--images-per-request", "2", "--reuse", "uniform",
       "--image-size", MIXED], False),
 ]
-CASES = [(w, c) for w in WORKLOADS for c in (1, 8)]
+# (workload, concurrency, bench --server-log): the last case replays the server's logged order
+CASES = [(w, c, False) for w in WORKLOADS for c in (1, 8)] + [(WORKLOADS[0], 8, True)]
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -207,7 +209,7 @@ def repeat_in_rows(dataset: Path) -> int:
 
 
 def run_bench(server: ConnectorServer, model: Path, dataset: Path, out: Path, concurrency: int,
-              budget: int) -> tuple[dict, list[dict], dict]:
+              budget: int, *extra: Any) -> tuple[dict, list[dict], dict]:
     """One bench run: its export, its records, and what the engine measured (Dynamo's counter
     deltas, the entries gauge before and after, encoder runs, the server's receive order)."""
     assert server.proc is not None and server.proc.poll() is None, "the server died"
@@ -216,7 +218,7 @@ def run_bench(server: ConnectorServer, model: Path, dataset: Path, out: Path, co
     mmdatagen("bench", "--input-file", dataset, "--url", server.url, "--model", model,
               "--cache", "dynamo-connector", "--cache-size", CAPACITY_GB,
               "--encoder-budget", budget, "--concurrency", concurrency,
-              "--output-dir", out, "--quiet",
+              "--output-dir", out, "--quiet", *extra,
               # a random model may emit an end token or special tokens first: keep 2 visible tokens
               "--extra-inputs", "ignore_eos:true", "--extra-inputs", "skip_special_tokens:false")
     end = server.settled_offset()
@@ -269,12 +271,14 @@ def band_cell(band: dict | None) -> str:
 
 
 # -- the cases ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("workload,concurrency", CASES,
-                         ids=[f"{w[0]} c{c}" for w, c in CASES])
-def test_predicted_equals_connector(connector_server, tiny_model, workload, concurrency):
+@pytest.mark.parametrize("workload,concurrency,logged", CASES,
+                         ids=[f"{w[0]} c{c}{' server-log' if g else ''}" for w, c, g in CASES])
+def test_predicted_equals_connector(connector_server, tiny_model, workload, concurrency, logged):
     name, generator, gen_args, repeats = workload
-    seed = 700 + 10 * WORKLOADS.index(workload) + concurrency  # new pictures for every case
-    case = ARTIFACTS / "dynamo-connector" / re.sub(r"[^a-z0-9]+", "-", f"{name} c{concurrency}")
+    # new pictures for every case
+    seed = 700 + 10 * WORKLOADS.index(workload) + concurrency + 5 * logged
+    label = f"{name} c{concurrency}" + (" server-log" if logged else "")
+    case = ARTIFACTS / "dynamo-connector" / re.sub(r"[^a-z0-9]+", "-", label)
     shutil.rmtree(case, ignore_errors=True)
     case.mkdir(parents=True)
     dataset = case / "data.jsonl"
@@ -283,14 +287,15 @@ def test_predicted_equals_connector(connector_server, tiny_model, workload, conc
     if repeats:
         assert repeat_in_rows(dataset) > 0
     budget = connector_server.logged_encoder_budget()
+    extra = ("--server-log", connector_server.log_path) if logged else ()
     export, records, measured = run_bench(connector_server, tiny_model, dataset,
-                                          case / "bench", concurrency, budget)
+                                          case / "bench", concurrency, budget, *extra)
     model = replays(dataset, records, measured, budget)
     pred = export["image_cache"]["predicted"]
     scraped = export["image_cache"]["server_metrics"]
     band = prediction_band(pred)
     dynamo = ("hits", "misses", "evictions")
-    row = {"workload": f"Dynamo connector: {name}", "concurrency": concurrency,
+    row = {"workload": f"Dynamo connector: {label}", "concurrency": concurrency,
            "processor_cache_bytes": int(CAPACITY_GB * GIB),
            "references": sum(r["metadata"]["num_images"] for r in records),
            "reference_hits": model["dispatch"]["hits"],
@@ -305,6 +310,9 @@ def test_predicted_equals_connector(connector_server, tiny_model, workload, conc
                                 "encoder_runs": pred.get("misses")},
            "dynamo_measured": {k: measured[k] for k in (*dynamo, "encoder_runs")},
            "model": model, "entries": [measured["entries_before"], measured["entries_after"]]}
+    whole = (pred.get("band") or {}).get("any_order")
+    row["band_any_order"] = whole and f"{whole['all_requests']['low']}..{whole['all_requests']['high']}"
+    row["band_order"] = (pred.get("band") or {}).get("order")
     RESULTS.append(row)
     (case / "row.json").write_text(json.dumps(row, indent=1))
 
@@ -313,12 +321,11 @@ def test_predicted_equals_connector(connector_server, tiny_model, workload, conc
     assert (scraped["hits"], scraped["queries"], scraped["evictions"]) == (
         measured["hits"], measured["hits"] + measured["misses"], measured["evictions"]), row
     assert measured["encoder_runs"] == measured["misses"], row
-    # the model is exact in the server's order, at every concurrency (each request prefills in
-    # one step, so its lookups and its release are one step apart)
     server = model["server"]
     assert 0 <= server["earlier_evicted"] <= measured["entries_before"], row
-    assert tuple(server[k] for k in dynamo) == tuple(measured[k] for k in dynamo), row
-    if concurrency == 1:  # the client's order is the server's: bench's prediction is exact
+    if concurrency == 1:
+        # the model is exact in the server's order (its lookups, then its release)
+        assert tuple(server[k] for k in dynamo) == tuple(measured[k] for k in dynamo), row  # the client's order is the server's: bench's prediction is exact
         dispatch = [r["metadata"]["x_request_id"]
                     for r in sorted(records, key=lambda r: r["metadata"]["dispatch_index"])]
         assert measured["received"] == dispatch, row
@@ -326,5 +333,15 @@ def test_predicted_equals_connector(connector_server, tiny_model, workload, conc
         assert tuple(model["dispatch"][k] for k in dynamo) == tuple(measured[k] for k in dynamo)
         # the workload reaches Dynamo's tier and shows its LRU
         assert measured["hits"] > 0 and measured["misses"] > 0, row
+    elif logged:  # the server's log gives the lookups' order; releases in their step
+        assert pred["order"].startswith("the server's log order"), pred
+        assert band is not None and band["low"] <= measured["hits"] <= band["high"], row
+        assert band["low"] <= server["hits"] <= band["high"], row
+        assert band["high"] - band["low"] <= max(2, measured["hits"] // 5), row  # tight
     elif band is not None:  # the client cannot know the server's order: inside the band
         assert band["low"] <= measured["hits"] <= band["high"], row
+        assert band["low"] <= server["hits"] <= band["high"], row  # the server's order too
+        anyb = pred["band"]["any_order"]  # and inside the band for any scheduler, wider
+        assert anyb["all_requests"]["low"] <= band["low"] <= band["high"] \
+            <= anyb["all_requests"]["high"], row
+        assert anyb["measured_inside"] is True and band["measured_inside"] is True, row
