@@ -176,8 +176,8 @@ def run_ours(path: Path, url: str, out: Path, *, requests: int, concurrency: int
              warmup: int = 100) -> dict:
     """One mmdatagen run in this process (the server is another process)."""
     from mmdatagen.loadgen.run import run_bench
-    from mmdatagen.spec.load import BenchTarget, Load
-    from mmdatagen.spec.run import BenchRun
+    from mmdatagen.settings.load import BenchTarget, Load
+    from mmdatagen.settings.run import BenchRun
 
     load = Load(input_file=path, model=model, concurrency=concurrency, request_count=requests,
                 warmup_request_count=warmup, streaming=streaming, quiet=True, no_predict=True,
@@ -295,8 +295,8 @@ def section_ttft(args, tmp: Path) -> None:
                           f"{ex['request_throughput']['avg'] * 2.6:,.0f} MB/s of request bodies)")
     if args.skip_sim:
         return
+    from mmdatagen.settings.sim import Simulator
     from mmdatagen.sim.embedded import EmbeddedServer
-    from mmdatagen.spec.sim import Simulator
 
     print("== for reference: the simulator (qwen3-vl-30b-gb200 profile, 50 output tokens); its "
           "server TTFT stops when the engine emits the token, so the simulator's own event-loop "

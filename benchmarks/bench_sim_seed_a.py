@@ -70,9 +70,9 @@ def run_virtual(path: Path, profile, requests: int, concurrency: int) -> dict:
 
 def run_real(path: Path, profile_name: str, requests: int, concurrency: int,
              scale: float) -> dict:
+    from mmdatagen.settings.sim import Simulator
     from mmdatagen.sim.embedded import EmbeddedServer
     from mmdatagen.sim.probe import chat_bodies, drive
-    from mmdatagen.spec.sim import Simulator
 
     prof = load_profile(profile_name)
     bodies = chat_bodies(path, prof.served_model_name, requests + 3,

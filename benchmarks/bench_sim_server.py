@@ -12,8 +12,8 @@ import time
 import orjson
 
 from mmdatagen.loadgen.client import RawClient, Target
+from mmdatagen.settings.sim import Simulator
 from mmdatagen.sim.embedded import EmbeddedServer
-from mmdatagen.spec.sim import Simulator
 
 MODEL = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
 

@@ -19,7 +19,7 @@ from .lifecycle import (
     outcome,
     silence_stdout,
 )
-from .spec.base import for_cli
+from .settings.base import for_cli
 
 # name -> "module:attribute" of a click.Command; each area owns its module in mmdatagen/commands/.
 COMMANDS: dict[str, str] = {

@@ -7,8 +7,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .spec.content import Content, Media, Output
-from .spec.workload import PoolWorkload, SlidingWindowWorkload
+from .settings.content import Content, Media, Output
+from .settings.workload import PoolWorkload, SlidingWindowWorkload
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without numpy, PIL or PyAV
     from .generate import Result

@@ -14,7 +14,7 @@ class DatasetError(UserError):
 
 class SpecError(UserError):
     """A value that fails its field's checks, raised anywhere in the library. ``str()`` names the
-    field; the CLI edge names the flag (``spec.base.for_cli``)."""
+    field; the CLI edge names the flag (``settings.base.for_cli``)."""
 
     def __init__(self, name: str, problem: str) -> None:
         self.name, self.problem = name, problem

@@ -90,7 +90,7 @@ class StdoutError(OSError):
 def outcome(exc: BaseException) -> tuple[int, str] | None:
     """The exit code and the one stderr line for an exception that ends a command; None for a
     programming error (it keeps its traceback). A :class:`~mmdatagen.errors.SpecError` is
-    worded with its flag by the caller first (``spec.base.for_cli``)."""
+    worded with its flag by the caller first (``settings.base.for_cli``)."""
     if isinstance(exc, KeyboardInterrupt):
         code = interrupt_exit_code(exc)
         return code, "interrupted" if code == EXIT_INTERRUPTED else "terminated"

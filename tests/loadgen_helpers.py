@@ -114,14 +114,14 @@ def make_run(*, predict: bool = True, cache_gb: float | None = None, cache: str 
              output_dir: Path = Path("artifacts/bench"), metrics_url: str | None = None,
              extra_inputs: dict | None = None, headers: dict | None = None,
              sim_args: list | tuple = (), goodput: dict | None = None, **load):
-    """A ``spec.run.BenchRun`` from the loader's settings by name, as tests give them: the
+    """A ``settings.run.BenchRun`` from the loader's settings by name, as tests give them: the
     load's fields as keywords, plus values the CLI would take as strings (``extra_inputs`` and
     ``headers`` dicts, ``goodput`` {tag: ms}), ``predict`` and the cache's and target's."""
     import orjson
 
-    from mmdatagen.spec.cache import BenchCache
-    from mmdatagen.spec.load import BenchTarget, Load
-    from mmdatagen.spec.run import BenchRun
+    from mmdatagen.settings.cache import BenchCache
+    from mmdatagen.settings.load import BenchTarget, Load
+    from mmdatagen.settings.run import BenchRun
 
     spec = Load(no_predict=not predict, sim_args=tuple(sim_args),
                 extra_inputs=(orjson.dumps(extra_inputs).decode(),) if extra_inputs else (),

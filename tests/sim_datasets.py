@@ -18,9 +18,9 @@ def write_pool_dataset(path: Path, num_requests: int = 1000, pool_size: int = 20
     --image-content solid --delivery data-url``; returns the JSONL path
     (its manifest is written beside it)."""
     from mmdatagen.dataset import make_dataset
-    from mmdatagen.spec.base import validate
-    from mmdatagen.spec.content import Content, Output
-    from mmdatagen.spec.workload import PoolWorkload
+    from mmdatagen.settings.base import validate
+    from mmdatagen.settings.content import Content, Output
+    from mmdatagen.settings.workload import PoolWorkload
 
     workload = validate(PoolWorkload(num_requests=num_requests, pool_size=pool_size))
     content = validate(Content(text_tokens=text_tokens, image_size=f"{size[0]}x{size[1]}",
@@ -37,9 +37,9 @@ def write_sliding_dataset(path: Path, users: int = 30, turns: int = 8, window: i
     base64 data URLs; solid colours keep the 360 images small: the simulator prices an image
     by its size, not its bytes); returns the JSONL path."""
     from mmdatagen.dataset import make_dataset
-    from mmdatagen.spec.base import validate
-    from mmdatagen.spec.content import SLIDING_WINDOW_CONTENT, Content, Output
-    from mmdatagen.spec.workload import SlidingWindowWorkload
+    from mmdatagen.settings.base import validate
+    from mmdatagen.settings.content import SLIDING_WINDOW_CONTENT, Content, Output
+    from mmdatagen.settings.workload import SlidingWindowWorkload
 
     workload = validate(SlidingWindowWorkload(users=users, turns=turns, window=window))
     content = validate(Content(**{**SLIDING_WINDOW_CONTENT, "text_tokens": text_tokens,

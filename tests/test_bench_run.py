@@ -1,4 +1,4 @@
-"""The run object (spec.run.BenchRun): what an export records of it, the embedded simulator's
+"""The run object (settings.run.BenchRun): what an export records of it, the embedded simulator's
 settings derived from it, and the checks run_bench makes before it starts anything."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 from mmdatagen.errors import SpecError, UserError
 from mmdatagen.loadgen.run import check_run
 from mmdatagen.loadgen.setup import bench_run
-from mmdatagen.spec.base import build
-from mmdatagen.spec.cache import BenchCache, Geometry
-from mmdatagen.spec.load import BenchTarget, Load, LoadShard
-from mmdatagen.spec.run import BenchRun
+from mmdatagen.settings.base import build
+from mmdatagen.settings.cache import BenchCache, Geometry
+from mmdatagen.settings.load import BenchTarget, Load, LoadShard
+from mmdatagen.settings.run import BenchRun
 
 #: The export's input_config, key by key in this order: exports written before BenchRun have it
 #: so, merge-runs digests it, and sweep.origin.json compares it.

@@ -10,9 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from k8s_helpers import (ROOT, argv, documents, job, mounts_of, replace_value,
-                         without_shard_flags)
+from k8s_helpers import ROOT, argv, documents, job, mounts_of, replace_value, without_shard_flags
 
 # Sizes added after a manifest's own flags (the last value wins) where its real sizes are slow.
 SMALL_LARGE = ["--num-requests", "60", "--pool-size", "12"]
@@ -147,8 +145,8 @@ def test_sliding_window_job(run_cli, volume):
 @pytest.fixture
 def simulator():
     """The embedded simulator (zero-delay profile) standing in for the service."""
+    from mmdatagen.settings.sim import Simulator
     from mmdatagen.sim.embedded import EmbeddedServer
-    from mmdatagen.spec.sim import Simulator
 
     with EmbeddedServer(Simulator().with_values({"profile": "zero-delay", "cache_size": 0})
                         ) as server:

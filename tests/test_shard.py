@@ -36,7 +36,7 @@ def test_every_session_has_exactly_one_worker(n, sessions):
 
 def test_config_is_divided_and_checked():
     from mmdatagen.errors import SpecError
-    from mmdatagen.spec.load import Load
+    from mmdatagen.settings.load import Load
 
     load = Load(input_file=Path("d.jsonl"), model="m", concurrency=7, request_count=10,
                 request_rate=9.0, ramp_to=18.0, warmup_request_count=3, seed=5)

@@ -11,8 +11,8 @@ import pytest
 from sim_helpers import MODEL, png_url
 
 from mmdatagen.errors import UserError
+from mmdatagen.settings.sim import Simulator
 from mmdatagen.sim.embedded import EmbeddedServer
-from mmdatagen.spec.sim import Simulator
 
 
 def test_embedded_server_serves_and_stops_cleanly():
@@ -144,7 +144,7 @@ def test_simulate_cache_sweep(run_cli, tmp_path):
 
 
 def test_simulator_spec_round_trips_as_json_and_refuses_bad_values(tmp_path):
-    from mmdatagen.spec.sim import Simulator
+    from mmdatagen.settings.sim import Simulator
 
     spec = Simulator().with_values({"profile": "zero-delay", "cache_size": 2.5,
                                     "served_model_name": ("a", "b"), "model_path": tmp_path,
@@ -159,7 +159,7 @@ def test_simulator_spec_round_trips_as_json_and_refuses_bad_values(tmp_path):
 
 
 def test_sim_args_override_only_the_flags_given():
-    from mmdatagen.spec.sim import Simulator, parse_sim_args
+    from mmdatagen.settings.sim import Simulator, parse_sim_args
 
     base = Simulator().with_values({"cache_size": 3.0, "time_scale": 2.0})
     got = parse_sim_args(["--max-running", "8", "--fault-error-rate=0.5"], base)
@@ -184,7 +184,7 @@ def test_bad_sim_arg_is_one_line_before_any_server_starts(run_cli, tmp_path, arg
 
 def test_embedded_server_runs_its_typed_spec():
     """Settings reach the child as a Simulator spec: the faults and the cache size given."""
-    from mmdatagen.spec.sim import Simulator
+    from mmdatagen.settings.sim import Simulator
 
     spec = Simulator().with_values({"profile": "zero-delay", "cache_size": 0.0,
                                     "fault_error_rate": 1.0, "fault_error_status": 503})

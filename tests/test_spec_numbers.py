@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mmdatagen import cli
-from mmdatagen.spec.base import FLOAT_MAX, INT_MAX
-from mmdatagen.spec.cli import SpecOption
+from mmdatagen.settings.base import FLOAT_MAX, INT_MAX
+from mmdatagen.settings.cli import SpecOption
 
 # what a command needs besides the option under test to get as far as checking it
 REQUIRED = {"bench": ["--input-file", "missing.jsonl"], "ab": ["--input-file", "missing.jsonl"],

@@ -1,4 +1,4 @@
-"""The sweep's spec layer: the grid's lists (spec.sweep.SweepGrid, spec.values' one syntax), the --sim-param axes
+"""The sweep's spec layer: the grid's lists (settings.sweep.SweepGrid, settings.values' one syntax), the --sim-param axes
 (loadgen.sweep) and the config built from the specs."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from mmdatagen.errors import SpecError
 from mmdatagen.loadgen.sweep import parse_sim_params, sweep_config
-from mmdatagen.spec.base import build, for_cli
-from mmdatagen.spec.load import Load
-from mmdatagen.spec.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
+from mmdatagen.settings.base import build, for_cli
+from mmdatagen.settings.load import Load
+from mmdatagen.settings.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
 
 
 @given(st.lists(st.integers(1, 10**6), min_size=1, max_size=8, unique=True),

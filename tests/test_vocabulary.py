@@ -13,7 +13,7 @@ import click
 import pytest
 
 from mmdatagen import cli
-from mmdatagen.spec.cli import SpecOption
+from mmdatagen.settings.cli import SpecOption
 
 ROOT = Path(__file__).resolve().parents[1] / "mmdatagen"
 
@@ -118,9 +118,9 @@ def test_every_command_sizing_a_cache_takes_cache_size(command):
 
 def test_list_options_take_the_one_syntax(run_cli, tmp_path):
     """Repeat, comma and range spell the same list on every sweeping command."""
-    from mmdatagen.spec.base import build
-    from mmdatagen.spec.cache import SweepCache
-    from mmdatagen.spec.sweep import SweepGrid
+    from mmdatagen.settings.base import build
+    from mmdatagen.settings.cache import SweepCache
+    from mmdatagen.settings.sweep import SweepGrid
 
     grid = build(SweepGrid, {"concurrency": ("1,2", "4"), "cache_size": ("0:1:0.5",)})
     assert grid.axes() == {"concurrency": [1, 2, 4], "cache_gb": [0.0, 0.5, 1.0]}
@@ -131,9 +131,9 @@ def test_list_options_take_the_one_syntax(run_cli, tmp_path):
 
 
 def test_one_list_parser():
-    """Only spec/values.py splits a list on commas (plans/sizes splits weighted size lists,
+    """Only settings/values.py splits a list on commas (plans/sizes splits weighted size lists,
     report/svg SVG coordinates: not option lists)."""
-    allowed = {"spec/values.py", "plans/sizes.py", "report/svg.py"}
+    allowed = {"settings/values.py", "plans/sizes.py", "report/svg.py"}
     found = []
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -188,12 +188,12 @@ SPELLED = {"analysis/run.py": 1,         # DATASET (an argument) or --workload
 
 
 def _error_texts() -> list[tuple[str, str]]:
-    """(file, text) of every error raised in the library (spec/, commands/, cli.py excluded):
+    """(file, text) of every error raised in the library (settings/, commands/, cli.py excluded):
     its string constants, f-string parts joined."""
     out = []
     for path in ROOT.rglob("*.py"):
         rel = str(path.relative_to(ROOT))
-        if rel.startswith(("spec/", "commands/")) or rel == "cli.py":
+        if rel.startswith(("settings/", "commands/")) or rel == "cli.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
@@ -206,7 +206,7 @@ def _error_texts() -> list[tuple[str, str]]:
 
 def test_library_errors_name_fields_not_flags():
     """A library error names settings by field (SpecError(field, ...), `field` references in
-    its text); the CLI edge spells the flags (spec.base.for_cli)."""
+    its text); the CLI edge spells the flags (settings.base.for_cli)."""
     import re
 
     spelled: dict[str, int] = defaultdict(int)
@@ -226,7 +226,7 @@ def test_every_field_reference_is_a_setting():
 
 def test_the_cli_edge_spells_references_as_flags(run_cli, tmp_path):
     from mmdatagen.errors import SpecError
-    from mmdatagen.spec.base import for_cli
+    from mmdatagen.settings.base import for_cli
 
     exc = SpecError("ramp_to", "needs `benchmark_duration` or `request_count`; `grid_sim_params`")
     assert str(for_cli(exc)) == ("--ramp-to needs --benchmark-duration or --request-count; "

@@ -1,4 +1,4 @@
-"""One ``analyze`` request (``spec.analyze.AnalyzeRequest``) run end to end: the model, the
+"""One ``analyze`` request (``settings.analyze.AnalyzeRequest``) run end to end: the model, the
 cache semantics and capacities, the traces (a dataset, or every plan of a workload sweep,
 possibly a generator preset's) and one :class:`predict.Analysis` per trace."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from ..errors import SpecError, UserError
 from ..plans.base import Plan
-from ..spec.analyze import POOL_ONLY, SW_ONLY, AnalyzeRequest, PlanAxes, Workload, numbers
-from ..spec.base import build, for_cli
-from ..spec.workload import PoolWorkload, SlidingWindowWorkload
+from ..settings.analyze import POOL_ONLY, SW_ONLY, AnalyzeRequest, PlanAxes, Workload, numbers
+from ..settings.base import build, for_cli
+from ..settings.workload import PoolWorkload, SlidingWindowWorkload
 from ..vlm import VisionModel
 from .predict import Analysis, Semantics, analyze
 from .trace import Trace

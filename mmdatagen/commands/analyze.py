@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..errors import SpecError
-from ..spec.analyze import (
+from ..settings.analyze import (
     MEDIA_SIZING,
     AnalyzeCache,
     AnalyzeOutput,
@@ -15,10 +15,10 @@ from ..spec.analyze import (
     AnalyzeSource,
     PlanAxes,
 )
-from ..spec.base import for_cli
-from ..spec.cache import AnalyzeModel, Geometry
-from ..spec.cli import options
-from ..spec.content import Media
+from ..settings.base import for_cli
+from ..settings.cache import AnalyzeModel, Geometry
+from ..settings.cli import options
+from ..settings.content import Media
 
 
 @click.command(context_settings={"max_content_width": 100})

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import SpecError, UserError
-from ..spec.cache import AbCache, BenchCache, Geometry
-from ..spec.cli import make, options
-from ..spec.load import AB_DEFAULTS, AbRuns, BenchTarget, Load, LoadShard
+from ..settings.cache import AbCache, BenchCache, Geometry
+from ..settings.cli import make, options
+from ..settings.load import AB_DEFAULTS, AbRuns, BenchTarget, Load, LoadShard
 from .sweep import goodput_option, report_options, write_report
 
 if TYPE_CHECKING:
     from ..report.html import ReportKind
-    from ..spec.run import BenchRun
+    from ..settings.run import BenchRun
 
 
 @click.command()
@@ -122,7 +122,7 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], output_dir: Path,
     from ..io.atomic import check_not_input, output_lock, reading
     from ..loadgen import compare as cmp
     from ..metrics import RECORDS_NAME
-    from ..spec.values import check_labels
+    from ..settings.values import check_labels
 
     check_labels(labels)
     inputs = [p for run in (run_a, run_b)

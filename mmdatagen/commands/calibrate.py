@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from ..spec.calibrate import CalibrateOutput
-from ..spec.cli import make, options
+from ..settings.calibrate import CalibrateOutput
+from ..settings.cli import make, options
 
 
 @click.command()
@@ -19,9 +19,9 @@ def calibrate(runs: tuple[Path, ...], **values: Any) -> None:
     wrote), print each with its standard error and each run replayed with the fit, and write
     the fitted profile. Refuses runs that cannot identify a cost, naming the run to add."""
     from ..io.atomic import check_not_input, check_target, reading
+    from ..settings.base import expand
     from ..sim.calibrate import calibrate as run_calibrate
     from ..sim.calibrate import report_lines, write_profile
-    from ..spec.base import expand
 
     out = make(CalibrateOutput, values)
     output = Path(out.output)

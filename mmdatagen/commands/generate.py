@@ -5,9 +5,9 @@ from typing import Any
 
 import click
 
-from ..spec.cli import PRESET_READ, config_option, make, options
-from ..spec.content import SLIDING_WINDOW_CONTENT, Content, Media, Output
-from ..spec.workload import PoolWorkload, SlidingWindowWorkload
+from ..settings.cli import PRESET_READ, config_option, make, options
+from ..settings.content import SLIDING_WINDOW_CONTENT, Content, Media, Output
+from ..settings.workload import PoolWorkload, SlidingWindowWorkload
 
 
 def _run(workload: PoolWorkload | SlidingWindowWorkload, values: dict[str, Any]) -> None:

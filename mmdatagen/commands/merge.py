@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from ..spec.cli import make, options
-from ..spec.merge import MergeOutput, MergeRunsOutput
+from ..settings.cli import make, options
+from ..settings.merge import MergeOutput, MergeRunsOutput
 from .sweep import report_options, write_report
 
 

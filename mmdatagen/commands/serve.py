@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from ..spec.cache import Geometry, SimCache, SweepCache, simulate_caches
-from ..spec.cli import make, options
-from ..spec.sim import Engine, Faults, Server, Simulator, VirtualRun
+from ..settings.cache import Geometry, SimCache, SweepCache, simulate_caches
+from ..settings.cli import make, options
+from ..settings.sim import Engine, Faults, Server, Simulator, VirtualRun
 
 
 @click.command()

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..spec.cli import Decorator, make, options
-from ..spec.load import Load, Repeats
-from ..spec.report import ReportOutput
-from ..spec.sweep import LOAD_HELP, LOAD_SKIP, SweepGrid, SweepSearch, SweepTarget
+from ..settings.cli import Decorator, make, options
+from ..settings.load import Load, Repeats
+from ..settings.report import ReportOutput
+from ..settings.sweep import LOAD_HELP, LOAD_SKIP, SweepGrid, SweepSearch, SweepTarget
 
 if TYPE_CHECKING:
     from ..report.html import Report
@@ -52,7 +52,7 @@ def goodput_option(f: Callable[..., Any]) -> Callable[..., Any]:
              "good_request_count to the export.")(f)
 
 
-#: ``--no-report`` and ``--png`` (spec.report.ReportOutput), shared by bench, ab, compare, sweep.
+#: ``--no-report`` and ``--png`` (settings.report.ReportOutput), shared by bench, ab, compare, sweep.
 report_options: Decorator = options(ReportOutput)
 
 

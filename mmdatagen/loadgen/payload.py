@@ -22,7 +22,7 @@ from ..errors import DatasetError
 from ..io.encode import encode_file
 from ..io.imageref import parse_ref, resolve_path
 from ..io.readers import Turn
-from ..spec.values import coerce_value, parse_extra_inputs, parse_headers  # noqa: F401
+from ..settings.values import coerce_value, parse_extra_inputs, parse_headers  # noqa: F401
 
 ENDPOINT_TYPES = ("chat", "completions")
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}

@@ -413,7 +413,7 @@ def _family(target: CacheTarget) -> str | None:
 def prediction_setup(run: Any, encoder: Any, embedded: Any = None
                      ) -> tuple[ImageTracker | None, str | None]:
     """The tracker for a bench run, or why there is none. ``embedded``: the embedded
-    simulator's settings (``spec.sim.Simulator``), whose cache is its profile's running the
+    simulator's settings (``settings.sim.Simulator``), whose cache is its profile's running the
     asked target; a model outside the registry needs its geometry
     (a local folder or flags): the run goes on, but says so on stderr at once."""
     import sys

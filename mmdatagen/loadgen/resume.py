@@ -20,7 +20,7 @@ from ..metrics import EXPORT_NAME
 from .shard import file_digest
 
 if TYPE_CHECKING:
-    from ..spec.run import BenchRun
+    from ..settings.run import BenchRun
 
 ORIGIN_NAME = "sweep.origin.json"
 ORIGIN_VERSION = 1

@@ -38,8 +38,8 @@ from .shard import (
 )
 
 if TYPE_CHECKING:
-    from ..spec.load import Load
-    from ..spec.run import BenchRun
+    from ..settings.load import Load
+    from ..settings.run import BenchRun
 
 RATE_DEFAULT_CAP = 1024
 
@@ -84,8 +84,8 @@ def check_run(run: BenchRun) -> None:
     """What ``run_bench`` checks before it starts anything: the specs have checked their own
     fields, these need several specs or the disk (``setup.bench_run`` adds the simulator's
     settings, so ``ab`` checks both runs whole before either starts)."""
-    from ..spec.base import validate
-    from ..spec.values import parse_extra_inputs, parse_headers
+    from ..settings.base import validate
+    from ..settings.values import parse_extra_inputs, parse_headers
 
     load, url = run.load, run.target.url
     parse_extra_inputs(load.extra_inputs)
@@ -286,7 +286,7 @@ class _Drive:
 
 
 def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
-    from ..spec.values import parse_extra_inputs, parse_headers
+    from ..settings.values import parse_extra_inputs, parse_headers
     from .sessions import SessionSource
 
     load = run.load

@@ -38,8 +38,8 @@ from .goodput import LARGER_IS_BETTER
 
 if TYPE_CHECKING:
     from ..exportmodel import GridValue, SweepDoc, SweepPoint
-    from ..spec.run import BenchRun
-    from ..spec.sweep import SweepSearch
+    from ..settings.run import BenchRun
+    from ..settings.sweep import SweepSearch
 
 SEARCH_CSV = "search.csv"
 RATE_LIMIT = 1e6  # requests/s: the doubling stops here (the rate options' maximum)

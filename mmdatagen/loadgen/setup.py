@@ -1,4 +1,4 @@
-"""Specs -> :class:`~mmdatagen.spec.run.BenchRun`; ``ab`` as two bench runs checked up front,
+"""Specs -> :class:`~mmdatagen.settings.run.BenchRun`; ``ab`` as two bench runs checked up front,
 then compared."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..errors import SpecError, UserError
-from ..spec.cache import AbCache, BenchCache, Geometry
-from ..spec.load import AbRuns, BenchTarget, Load, LoadShard
-from ..spec.run import BenchRun
+from ..settings.cache import AbCache, BenchCache, Geometry
+from ..settings.load import AbRuns, BenchTarget, Load, LoadShard
+from ..settings.run import BenchRun
 from .run import BenchResult, check_run
 
 AB_CONCURRENCY = 64
@@ -32,7 +32,7 @@ def bench_run(load: Load, target: BenchTarget | None = None, cache: BenchCache |
     check_run(run)
     if not target.url:
         load_profile(load.profile)
-        run.simulator()  # checks every setting, the cache size too (spec.cache.SimCache)
+        run.simulator()  # checks every setting, the cache size too (settings.cache.SimCache)
     return run
 
 

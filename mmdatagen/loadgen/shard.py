@@ -51,7 +51,7 @@ class Shard:
 
 
 def shard_config(load: Any, url: str | None, shard: Shard) -> Any:
-    """Worker ``shard``'s part of a run's ``spec.load.Load``: counts, concurrency and rate
+    """Worker ``shard``'s part of a run's ``settings.load.Load``: counts, concurrency and rate
     divided."""
     if not shard.sharded:
         return load

@@ -36,11 +36,11 @@ from .. import __version__
 from ..errors import RunFailed, SpecError, UserError
 from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
-from ..spec.load import Load
-from ..spec.report import ReportOutput
-from ..spec.run import BenchRun
-from ..spec.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
-from ..spec.values import list_items, parse_extra_inputs
+from ..settings.load import Load
+from ..settings.report import ReportOutput
+from ..settings.run import BenchRun
+from ..settings.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
+from ..settings.values import list_items, parse_extra_inputs
 from .run import failed_run
 from .stats import summarize
 
@@ -191,8 +191,8 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
                  goodput: tuple[str, ...] = (), report: ReportOutput | None = None,
                  search: SweepSearch | None = None) -> SweepConfig:
     """The specs resolved: every run's base (runs are quiet) and the grid."""
-    from ..spec.cache import BenchCache
-    from ..spec.load import BenchTarget
+    from ..settings.cache import BenchCache
+    from ..settings.load import BenchTarget
     from .setup import bench_run
 
     base = bench_run(load, BenchTarget(url=target.url, output_dir=Path(target.output_dir)),

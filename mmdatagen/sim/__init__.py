@@ -8,7 +8,7 @@
 - ``server`` / ``run``: the aiohttp server (``mmdatagen serve``); ``faults``: seeded faults
 - ``virtual``: whole benchmarks in virtual time (``mmdatagen simulate``)
 - ``embedded``: ``EmbeddedServer``, the loader's default target (a subprocess started through
-  ``child``, which reads its ``spec.sim.Simulator`` settings as JSON on stdin)
+  ``child``, which reads its ``settings.sim.Simulator`` settings as JSON on stdin)
 - ``study``: the library call behind ``simulate``; ``media``: video/audio items' prices
 - ``probe``: a minimal closed-loop client for checks and benchmarks (their seed-A-shaped
   datasets come from the real generator: ``tests/sim_datasets.py``)

@@ -1,6 +1,6 @@
 """``python -m mmdatagen.sim.child``: the embedded simulator's one entry point.
 
-It reads its settings as a :class:`mmdatagen.spec.sim.Simulator` in JSON on standard input
+It reads its settings as a :class:`mmdatagen.settings.sim.Simulator` in JSON on standard input
 (written by :class:`mmdatagen.sim.embedded.EmbeddedServer`, which closes the pipe), checks them
 field by field, and serves until SIGTERM/SIGINT. Like the CLI (``lifecycle.outcome``), bad
 settings are one ``error:`` line and exit code 2; SIGTERM exits 143. It dies with the parent
@@ -18,8 +18,8 @@ from ..lifecycle import guard_standard_streams, install_handlers, outcome
 def main() -> int:
     install_handlers()  # first: die with the parent, SIGTERM like Ctrl-C
     guard_standard_streams()
-    from ..spec.base import for_cli
-    from ..spec.sim import Simulator
+    from ..settings.base import for_cli
+    from ..settings.sim import Simulator
     from .run import serve_spec
 
     try:

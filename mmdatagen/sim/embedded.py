@@ -4,7 +4,7 @@
         ...  # srv.url == "http://127.0.0.1:PORT"
 
 A subprocess, so client and server never share a GIL. Its settings are one typed
-:class:`~mmdatagen.spec.sim.Simulator`, sent as JSON on the child's standard input to its one
+:class:`~mmdatagen.settings.sim.Simulator`, sent as JSON on the child's standard input to its one
 entry point (``python -m mmdatagen.sim.child``); no command line is built.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Self
 
 from ..errors import UserError
 from ..lifecycle import DIE_WITH
-from ..spec.sim import Simulator
+from ..settings.sim import Simulator
 
 LISTENING = re.compile(r"listening on (http://\S+)")
 

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 
 from ..errors import SpecError
-from ..spec.sim import Faults
+from ..settings.sim import Faults
 
 
 @dataclass(frozen=True)

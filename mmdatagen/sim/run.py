@@ -22,7 +22,7 @@ from .faults import FaultConfig
 from .server import SimServer
 
 if TYPE_CHECKING:
-    from ..spec.sim import Simulator
+    from ..settings.sim import Simulator
 
 
 class OneLineBadRequests(logging.Filter):

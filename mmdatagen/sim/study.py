@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError, UserError
-from ..spec.cache import Geometry, SimCache, SweepCache
-from ..spec.sim import Engine, VirtualRun
+from ..settings.cache import Geometry, SimCache, SweepCache
+from ..settings.sim import Engine, VirtualRun
 from .profile import Profile
 
 RATE_DEFAULT_CAP = 1024
@@ -23,7 +23,7 @@ def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
 
 
 def cache_text(settings: Any) -> str:
-    """A simulator's cache (``spec.sim.Simulator``) as people read it, in its target's unit:
+    """A simulator's cache (``settings.sim.Simulator``) as people read it, in its target's unit:
     ``dynamo-embedding 10 GiB``, ``vllm-encoder 8192 tokens``."""
     target = load_engine_profile(settings.engine, settings.cache).cache_target()
     return f"{target.name} {target.size_text(settings.cache.cache_size)}"
@@ -80,7 +80,7 @@ class Study:
 def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
                      run: VirtualRun, geometry: Geometry | None = None) -> Study:
     """Run ``simulate``: the export of one virtual run, or one row per swept cache size."""
-    from ..spec.values import parse_extra_inputs
+    from ..settings.values import parse_extra_inputs
 
     prof = load_engine_profile(engine, cache)
     if not Path(dataset).is_file():

@@ -268,8 +268,8 @@ def simulate(turns: list[SimTurn], profile: Profile, cache_size: float, concurre
     optionally ramped to ``ramp_to``, seeded like the loader's: ``arrivals.Pacer``), each taken
     by the first free slot; ``concurrency`` is then a cap.
     """
-    from ..spec.base import check_values
-    from ..spec.sim import VirtualRun
+    from ..settings.base import check_values
+    from ..settings.sim import VirtualRun
 
     check_values(VirtualRun, concurrency=concurrency, request_count=request_count,
                  warmup_request_count=warmup_count, request_rate=request_rate)

@@ -1,7 +1,7 @@
 """``analyze``'s options: what to analyse (a dataset or workload plans, possibly a sweep), the
 cache and its semantics, the outputs. ``AnalyzeRequest`` is the whole request the library runs
 (``analysis.run``); lists and ranges (``1,4,10``, ``0:20:2``) are expanded by :func:`numbers`
-(``spec.values``' one list syntax).
+(``settings.values``' one list syntax).
 """
 from __future__ import annotations
 
@@ -176,6 +176,6 @@ class AnalyzeRequest:
 
 def numbers(values: tuple[str, ...], name: str) -> list:
     """Field ``name``'s list (a capacity or plan parameter of ``analyze``) expanded: the one
-    list syntax of ``spec.values``, numbers of the field's kind, each in its bounds; a bad value
+    list syntax of ``settings.values``, numbers of the field's kind, each in its bounds; a bad value
     is a ``SpecError`` naming the field."""
     return expand(PlanAxes if hasattr(PlanAxes, name) else AnalyzeCache, name, values)

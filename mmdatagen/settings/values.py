@@ -33,7 +33,7 @@ def numbers(values: str | Iterable[str], name: str, kind: type) -> list:
     """Field ``name``'s list of numbers of ``kind`` (int or float): :func:`list_items`, each
     item a number or an inclusive range ``start:stop[:step]``. A value given with nothing in it,
     a bad item, a non-finite number or a value given twice is a ``SpecError`` naming the field
-    (ranges and bounds: :func:`spec.base.check_field`)."""
+    (ranges and bounds: :func:`settings.base.check_field`)."""
     out: list = []
     for raw in [values] if isinstance(values, str) else values:
         items = list_items(raw)

@@ -69,7 +69,7 @@ class Opt:
     show_default: bool | str = True
     file_okay: bool = True
     dir_okay: bool = True
-    item: Any = None                     # int | float: a list of numbers (spec.values syntax)
+    item: Any = None                     # int | float: a list of numbers (settings.values syntax)
 
     def bound_text(self) -> str:
         lo = "" if self.min is None else (">" if self.min_open else ">=") + f" {_num(self.min)}"
@@ -79,7 +79,7 @@ class Opt:
 
 def list_option(flag: str, help: str, item: type | None = None, metavar: str = "LIST",
                 **kw: Any) -> Any:
-    """A field taking several values in the one list syntax (``spec.values.list_items``: repeat
+    """A field taking several values in the one list syntax (``settings.values.list_items``: repeat
     the flag and/or separate by commas). With ``item`` (int or float) the values are numbers
     (ranges ``start:stop[:step]`` too), each checked against ``min``/``max`` (default: >= 0).
     The field holds the strings as given; :func:`expand` expands them."""

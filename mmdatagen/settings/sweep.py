@@ -1,6 +1,6 @@
 """``sweep`` specs: the grid (lists), the target, and how ``sweep`` shows the load options.
 
-The load itself is :class:`~mmdatagen.spec.load.Load` (the fields ``bench`` has), minus the ones
+The load itself is :class:`~mmdatagen.settings.load.Load` (the fields ``bench`` has), minus the ones
 a sweep does not take and with the swept ones replaced by the grid's comma lists. Whether a
 ``--sim-param`` field exists is the simulator profile's business: the loader checks it.
 """
@@ -35,7 +35,7 @@ BASE_CACHE_GB = 10.0
 @dataclass(frozen=True)
 class SweepGrid:
     """The swept values: the cartesian product of every list given is the grid. Lists take
-    ``spec.values``' one syntax (repeat the flag, comma-separate, or a range)."""
+    ``settings.values``' one syntax (repeat the flag, comma-separate, or a range)."""
 
     concurrency: tuple[str, ...] = list_option("--concurrency", "Sessions in flight, e.g. "
                                                "1,8,32,64" + LIST_HELP, int, min=1,
