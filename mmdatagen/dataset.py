@@ -77,30 +77,32 @@ def make_dataset(workload: Workload, content: Content, output: Output,
             for path in (out.final_path, *check_targets(out.final_path, output.hf_parquet,
                                                         output.force)):
                 locks.enter_context(output_lock(path))
-        with start_workers(output.workers) as executor:  # fork before a tokenizer starts a thread
-            texts = TextEngine(get_tokenizer(c.tokenizer), c.text_tokens, output.seed,
-                               c.shared_prefix_tokens)
-            result = generate(plan, ImageFactory(style, output.seed), texts, delivery, out,
-                              params, executor, media_styles=styles)
-        if output.hf:
-            _write_hf(result, output)
-    return result
+        done: list[Result] = []
+        try:
+            with start_workers(output.workers) as executor:  # fork before a tokenizer's thread
+                texts = TextEngine(get_tokenizer(c.tokenizer), c.text_tokens, output.seed,
+                                   c.shared_prefix_tokens)
+                done.append(generate(plan, ImageFactory(style, output.seed), texts, delivery,
+                                     out, params, executor, media_styles=styles))
+            if output.hf:
+                from .io.hf import write_hf
+
+                write_hf(done[0].path, done[0].image_dir, output.hf_parquet, output.force)
+        except BaseException:
+            if output.hf and done:  # stopped after the JSONL was in place (the workers'
+                _remove_written(done[0], output)  # exit included): none of the output stays
+            raise
+    return done[0]
 
 
-def _write_hf(result: Result, output: Output) -> None:
-    """The Hugging Face copy of a finished dataset; when it fails (disk full, SIGTERM) the
-    dataset just written goes too, so no half of the output is left."""
-    from .io.hf import write_hf
-
-    try:
-        write_hf(result.path, result.image_dir, output.hf_parquet, output.force)
-    except BaseException:
-        for path in (result.path, result.manifest):
-            with contextlib.suppress(OSError):
-                path.unlink()
-        if result.image_dir is not None and output.num_shards == 1:  # shards share the folder
-            shutil.rmtree(result.image_dir, ignore_errors=True)
-        raise
+def _remove_written(result: Result, output: Output) -> None:
+    """The dataset just written, when its Hugging Face copy failed (disk full, SIGTERM): no half
+    of the output is left."""
+    for path in (result.path, result.manifest):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    if result.image_dir is not None and output.num_shards == 1:  # shards share the folder
+        shutil.rmtree(result.image_dir, ignore_errors=True)
 
 
 def summary(result: Result) -> str:
