@@ -512,39 +512,45 @@ REQUEST_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 LOG_CHUNK = 8 << 20
 
 
-def scan_server_log(path: Any, expected: set[str]) -> dict[str, int]:
+class ServerLogScan:
     """The order in which a server's log first names each of ``expected`` (X-Request-IDs,
     uuid4 strings): vLLM with ``--enable-log-requests`` logs "Received request
     chatcmpl-<X-Request-ID>" once it has processed a request's inputs, i.e. in the order its
-    caches saw them. Read in chunks (a long server's log is large); ids of other runs are
-    ignored."""
-    order: dict[str, int] = {}
-    keep = 40  # an id cut by a chunk boundary is found in the next chunk
-    with open(path, "rb") as fh:
-        tail = b""
-        while True:
-            chunk = fh.read(LOG_CHUNK)
-            if not chunk:
-                break
-            buf = tail + chunk
-            for m in REQUEST_ID.finditer(buf):
-                xid = m.group().decode()
-                if xid in expected and xid not in order:
-                    order[xid] = len(order)
-            tail = buf[-keep:]
-    return order
+    caches saw them. ``more()`` reads what the log gained since the last call, in chunks (a
+    long server's log is large, and is read once); ids of other runs are ignored."""
+
+    KEEP = 40  # an id cut by a chunk boundary is found with the next chunk
+
+    def __init__(self, path: Any, expected: set[str]) -> None:
+        self.path, self.expected = path, expected
+        self.order: dict[str, int] = {}
+        self.offset, self.tail = 0, b""
+
+    def more(self) -> dict[str, int]:
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            while chunk := fh.read(LOG_CHUNK):
+                self.offset += len(chunk)
+                buf = self.tail + chunk
+                for m in REQUEST_ID.finditer(buf):
+                    xid = m.group().decode()
+                    if xid in self.expected and xid not in self.order:
+                        self.order[xid] = len(self.order)
+                self.tail = buf[-self.KEEP:]
+        return self.order
 
 
 async def read_server_order(path: Any, expected: set[str], timeout: float = 5.0
                             ) -> tuple[dict[str, int] | None, str | None]:
-    """``scan_server_log``, waiting briefly until every expected request is in the log (a
-    server writes its log lines asynchronously); (order, None), or (None, why not)."""
+    """``ServerLogScan``, waiting briefly until every expected request is in the log (a server
+    writes its log lines asynchronously); (order, None), or (None, why not)."""
     import asyncio
 
+    scan = ServerLogScan(path, expected)
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            order = scan_server_log(path, expected)
+            order = scan.more()
         except OSError as exc:
             return None, f"server log {path} unreadable ({exc.strerror or exc})"
         if expected <= order.keys():
