@@ -17,26 +17,35 @@ from mmdatagen.sim import calibrate as cal
 from mmdatagen.sim.profile import load_profile
 
 KNOWN = {"step_base_ms": 4.0, "per_seq_ms": 0.3, "per_prefill_token_ms": 0.02,
-         "per_encoder_image_ms": 12.0, "frontend_request_ms": 1.5, "frontend_image_ms": 7.0}
+         "per_encoder_image_ms": 12.0, "frontend_request_ms": 1.5, "frontend_image_ms": 7.0,
+         "per_encoder_token_ms": 0.01, "per_prefill_context_ms": 0.004,
+         "per_decode_context_ms": 0.2}
+# plain vLLM: the processor cache (the target) and the encoder cache beside it, whose hits
+# calibrate replays from the datasets; text at 6 bytes per token, which calibrate measures
 PROFILE = {"description": "known profile of the calibrate test", "model": "qwen3-vl-30b-a3b",
            "cache": "vllm-processor", "max_running": 64, "token_budget": 8192,
+           "encoder_cache": True, "encoder_budget": 2048,
            "natural_output_tokens": 32, "text_bytes_per_token": 6.0, **KNOWN}
 # dataset name -> pool flags: prompt lengths and images per request vary independently
 DATASETS = {"a": ["-n", "40", "--pool-size", "10", "--text-tokens", "200", "--seed", "0"],
             "b": ["-n", "40", "--pool-size", "10", "--text-tokens", "600", "--seed", "1",
-                  "--images-per-request", "2"],
+                  "--images-per-request", "2", "--image-size", "1024x768"],
             "d": ["-n", "40", "--pool-size", "10", "--text-tokens", "1200", "--seed", "3"],
+            "e": ["-n", "30", "--pool-size", "30", "--text-tokens", "2400", "--seed", "4",
+                  "--image-size", "320x240"],
             "c": ["-n", "60", "--pool-size", "20", "--text-tokens", "400", "--seed", "2",
                   "--image-size", "800x600"]}
 # (dataset, concurrency, processor cache GiB)
-TRAIN = [("a", 1, 4), ("a", 1, 0), ("b", 1, 4), ("d", 1, 4), ("d", 2, 0), ("a", 2, 4)]
+TRAIN = [("a", 1, 4), ("a", 1, 0), ("b", 1, 4), ("d", 1, 4), ("d", 2, 0), ("a", 2, 4),
+         ("e", 1, 4)]
 HELD_OUT = [("c", 8, 4), ("a", 8, 0)]
 # relative tolerance of each recovered cost: the decode-window rows approximate how a request
 # overlapping another in part spreads its tokens, which biases the step's split (base vs per
 # running sequence) by a few percent at concurrency 2
-TOLERANCE = {"step_base_ms": 0.03, "per_seq_ms": 0.12, "per_prefill_token_ms": 0.03,
+TOLERANCE = {"step_base_ms": 0.03, "per_seq_ms": 0.15, "per_prefill_token_ms": 0.03,
              "per_encoder_image_ms": 0.03, "frontend_request_ms": 0.10,
-             "frontend_image_ms": 0.03}
+             "frontend_image_ms": 0.03, "per_encoder_token_ms": 0.05,
+             "per_prefill_context_ms": 0.05, "per_decode_context_ms": 0.10}
 
 
 def _invoke(*args: object) -> tuple[int, str]:
@@ -72,8 +81,12 @@ def test_recovers_known_costs_and_predicts_held_out(runs, tmp_path):
     prof = load_profile(str(out))  # a normal profile
     assert prof.cache == "vllm-processor" and prof.max_running == 64
     params = prof.calibration["parameters"]
+    # text tokens are ceil(bytes / 6) per text: slightly more tokens than bytes / 6
+    assert 5.7 <= prof.text_bytes_per_token <= 6.0, prof.text_bytes_per_token
+    assert "text_bytes_per_token" in text and prof.encoder_cache
     for name, true in KNOWN.items():
         got = getattr(prof, name)
+        print(name, got, true)
         assert abs(got / true - 1) <= TOLERANCE[name], (name, got, true)
         assert params[name]["se"] > 0
     corr = np.array(prof.calibration["correlation"])  # what the what-if's interval uses
@@ -114,7 +127,8 @@ def test_fitted_profile_runs_with_simulate(runs, tmp_path):
 def test_refuses_runs_without_hits(runs, tmp_path):
     """Cache off everywhere: what a hit saves cannot be fitted; the line says what to add."""
     code, text = _invoke("calibrate", runs[("a", 1, 0)], runs[("d", 2, 0)], runs[("b", 1, 4)],
-                         "-o", tmp_path / "f.yaml")
+                         runs[("e", 1, 4)], "-o", tmp_path / "f.yaml", "--base-profile",
+                         runs[TRAIN[0]].parent / "known.yaml")
     assert code == 0, text  # b's hits identify it
     code, text = _invoke("calibrate", runs[("a", 1, 0)], runs[("d", 2, 0)],
                          "-o", tmp_path / "g.yaml")
@@ -139,3 +153,69 @@ def test_bad_input_is_one_line(runs, tmp_path):
     assert code == 2 and "no records.jsonl" in text
     code, text = _invoke("calibrate", runs[TRAIN[0]], "-o", tmp_path / "f.yaml", "--hold", "x")
     assert code == 2 and "unknown parameters x" in text
+
+
+def test_holdout_runs_are_replayed_not_fitted(runs, tmp_path):
+    out = tmp_path / "fitted.yaml"
+    known = runs[TRAIN[0]].parent / "known.yaml"
+    held = ",".join(str(runs[k]) for k in HELD_OUT)
+    code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", out, "--base-profile",
+                         known, "--holdout", held)
+    assert code == 0, text
+    fitted_part, held_part = text.split("held out (not fitted):")
+    assert "run_c_8_4" in held_part and "run_c_8_4" not in fitted_part
+    prof = load_profile(str(out))
+    assert not any("run_c_8_4" in r for r in prof.calibration["runs"])
+    # the same fit as without --holdout
+    code, _ = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", tmp_path / "alone.yaml",
+                      "--base-profile", known, "--quiet")
+    assert code == 0
+    alone = load_profile(str(tmp_path / "alone.yaml"))
+    assert all(getattr(alone, p) == getattr(prof, p) for p in cal.PARAMS)
+    for line in held_part.strip().splitlines()[:2]:  # measured, predicted and the error
+        assert line.count("%") == 2, line
+
+
+def test_a_cost_fitted_negative_is_held_at_zero():
+    """Costs are not negative: least squares that would go below 0 holds that cost at 0."""
+    rng = np.random.default_rng(0)
+    n = 200
+    x = np.zeros((n, len(cal.PARAMS)))
+    x[:, 0] = x[:, 1] = 1.0
+    x[:, 3] = rng.uniform(100, 2000, n)  # prompt tokens
+    x[:, 4] = x[:, 5] = rng.integers(0, 3, n)  # the image columns move together...
+    x[:, 5] += rng.integers(0, 2, n)  # ...but not only
+    x[:, cal.TOKENS] = x[:, 5] * 300
+    x[:, cal.CONTEXT] = x[:, 3] ** 2 / 2000
+    y = 5.0 + 0.02 * x[:, 3] + 10.0 * x[:, 4] - 0.5 * x[:, 5] + rng.normal(0, 0.5, n)
+    label = np.array(["ttft"] * n)
+    hold = {"per_seq_ms": 0.0, "per_decode_context_ms": 0.0, "step_base_ms": 0.0}
+    result = cal._nonnegative(x, y, label, hold)
+    assert result.zeroed and all(result.values[p] == 0.0 for p in result.zeroed)
+    assert all(v >= 0.0 for v in result.values.values())
+
+
+def test_the_engine_keeps_vllms_encoder_cache_beside_the_processor_cache():
+    """A profile with ``encoder_cache``: a repeated image skips the encoder (its tokens no
+    longer in the step), while the processor cache's hits are unchanged."""
+    from mmdatagen.sim.engine import Engine, SimImage, SimRequest
+    from mmdatagen.sim.profile import Profile
+
+    img = SimImage(key="x", tokens=300, prompt_tokens=302, nbytes=1 << 20)
+    done = {}
+    for keep in (False, True):
+        prof = Profile(cache="vllm-processor", encoder_cache=keep, encoder_budget=4096,
+                       per_encoder_token_ms=1.0, step_base_ms=1.0)
+        eng = Engine(prof, 0.0)  # processor cache off: no hits there
+        durations = []
+        for rid in range(3):
+            req = SimRequest(rid, 10, [img], 1)
+            eng.frontend_ready_at(req, 0.0)
+            eng.add(req)
+            durations.append(eng.begin_step(0.0))
+            eng.end_step(durations[-1])
+            assert req.hits == 0
+        done[keep] = (durations, eng.encoded_images)
+    plain, kept = done[False], done[True]
+    assert plain[1] == 3 and len(set(plain[0])) == 1  # encoded every time, same step
+    assert kept[1] == 1 and kept[0][1:] == [kept[0][0] - 300.0] * 2  # 300 tokens at 1 ms

@@ -17,7 +17,8 @@ def calibrate(runs: tuple[Path, ...], **values: Any) -> None:
     """Fit the simulator's step-model costs (frontend, prefill, decode step, encoder, what a
     cache hit saves) to the per-request records of RUNS (folders bench, ab, sweep or simulate
     wrote), print each with its standard error and each run replayed with the fit, and write
-    the fitted profile. Refuses runs that cannot identify a cost, naming the run to add."""
+    the fitted profile. Refuses runs that cannot identify a cost, naming the run to add.
+    --holdout runs are not fitted: they are replayed with the fit, to check it."""
     from ..io.atomic import check_not_input, check_target, reading
     from ..settings.base import expand
     from ..sim.calibrate import calibrate as run_calibrate
@@ -25,11 +26,12 @@ def calibrate(runs: tuple[Path, ...], **values: Any) -> None:
 
     out = make(CalibrateOutput, values)
     output = Path(out.output)
+    holdout = [Path(p) for p in expand(CalibrateOutput, "holdout", out.holdout)]
     check_target(output, out.force)
-    check_not_input([output], list(runs))
-    with reading(list(runs)):
+    check_not_input([output], [*runs, *holdout])
+    with reading([*runs, *holdout]):
         cal = run_calibrate(list(runs), output, out.base_profile,
-                            expand(CalibrateOutput, "hold", out.hold))
+                            expand(CalibrateOutput, "hold", out.hold), holdout)
         write_profile(output, cal.profile)
     if not out.quiet:
         click.echo("\n".join(report_lines(cal)))

@@ -22,5 +22,8 @@ class CalibrateOutput:
     hold: tuple[str, ...] = list_option("--hold", "Parameters kept at the base profile's value "
                                         "instead of fitted (a list: per_seq_ms,...).",
                                         metavar="NAMES")
+    holdout: tuple[str, ...] = list_option("--holdout", "Run folders NOT fitted: replayed "
+                                           "with the fitted profile and shown apart, measured "
+                                           "against predicted (a list).", metavar="DIRS")
     quiet: bool = common.quiet("No table.")
     force: bool = common.force()

@@ -6,31 +6,40 @@ the encoder runs inside the step that admits a request), read per request. Times
 * An isolated request ``i`` (nothing else in flight between its start and its first token)::
 
       TTFT_i = frontend_request_ms + step_base_ms + frontend_image_ms * P_i
-               + per_encoder_image_ms * E_i + per_prefill_token_ms * T_i
+               + per_encoder_image_ms * E_i + per_encoder_token_ms * K_i
+               + per_prefill_token_ms * T_i + per_prefill_context_ms * T_i^2 / 2000
 
-  ``T_i`` its prompt tokens, ``P_i`` its images preprocessed (all of them, less its hits when the
-  run's cache is looked up on arrival: vLLM's processor cache, whose hit skips preprocessing,
-  not the encoder), ``E_i`` its images encoded (all of them, less the hits of an encoder or
-  embedding cache; the simulator's ``image_misses`` where the run measured them).
+  ``T_i`` its prompt tokens as the server counted them, ``P_i`` its images preprocessed (all of
+  them, less its hits when the run's cache is looked up on arrival: vLLM's processor cache,
+  whose hit skips preprocessing, not the encoder), ``E_i`` its images encoded (all of them,
+  less the hits of an encoder or embedding cache; the simulator's ``image_misses`` where the
+  run measured them; beside a processor cache, vLLM's encoder cache replayed from the dataset
+  when the base profile keeps one, ``calibrate_terms``), ``K_i`` those images' embedding
+  tokens (from the dataset; a request's images taken at their mean where only a count is
+  known).
 * Every request with two or more output tokens, over its decode window ``W_i`` (first token to
   last), which is ``n_i - 1`` engine steps::
 
-      W_i = step_base_ms * (n_i - 1) + per_seq_ms * S_i
-            + per_prefill_token_ms * T'_i + per_encoder_image_ms * E'_i
+      W_i = step_base_ms * (n_i - 1) + per_seq_ms * S_i + per_decode_context_ms * C_i
+            + per_prefill_token_ms * T'_i + per_prefill_context_ms * Q'_i
+            + per_encoder_image_ms * E'_i + per_encoder_token_ms * K'_i
 
   ``S_i`` the decoding requests summed over those steps: the decode tokens every request
   emitted during the window (``i``'s own ``n_i - 1`` included; a request overlapping it in part
-  counted as emitting its tokens evenly over its own decode window); ``T'_i`` and
-  ``E'_i`` the prompt tokens and encoded images of the requests whose first token falls in the
-  window (their prefill ran in one of its steps).
+  counted as emitting its tokens evenly over its own decode window), ``C_i`` the same tokens
+  each weighted by its request's prompt in thousands of tokens; ``T'_i``, ``Q'_i``,
+  ``E'_i`` and ``K'_i`` the prompt tokens, their attention pairs in thousands (``T^2 / 2000``
+  each), encoded images and their tokens of the requests whose first token falls in the window
+  (their prefill ran in one of its steps).
 
 Both sets of rows go into one weighted least-squares fit (numpy): each set weighted by its own
 residual spread from a first pass, the standard errors from the weighted normal matrix. A
 parameter the rows cannot tell apart from the others is refused with the run that would tell
-it apart, unless held at the base profile's value (``hold``). Not fitted (kept from the base
-profile): the encoder's cost per image token (records carry no per-image tokens), the queueing
-limits (``max_running``, ``token_budget``), the cache sizes; chunked prefills (a prompt above the
-token budget) are taken as one step.
+it apart, unless held at the base profile's value (``hold``; ``per_encoder_token_ms`` is held
+when a run's dataset is not at hand). With the datasets, the text bytes per token are measured
+too (``calibrate_terms``). Not fitted (kept from the base profile): the queueing limits
+(``max_running``, ``token_budget``), the encoder cache's budget, the cache sizes; chunked
+prefills (a prompt above the token budget) are taken as one step.
 """
 from __future__ import annotations
 
@@ -44,10 +53,15 @@ import numpy as np
 from ..caches.targets import CacheTarget, get_target
 from ..errors import SpecError, UserError
 from ..metrics import NONE, RecordTable
+from .calibrate_terms import TextTokens, run_dataset
 from .profile import Profile
 
 PARAMS = ("frontend_request_ms", "step_base_ms", "per_seq_ms", "per_prefill_token_ms",
-          "frontend_image_ms", "per_encoder_image_ms")
+          "frontend_image_ms", "per_encoder_image_ms", "per_encoder_token_ms",
+          "per_prefill_context_ms", "per_decode_context_ms")
+TOKENS = 6  # the column of per_encoder_token_ms: needs the runs' datasets (image tokens)
+CONTEXT = 7  # per_prefill_context_ms: a prompt of T tokens attends T^2 / 2 pairs
+DECODE = 8  # per_decode_context_ms: each decode token attends its request's prompt
 IDENTIFIED = 0.02  # a column whose part outside the others' span is below this (relative): not identified
 
 
@@ -63,6 +77,8 @@ class Run:
     processed: np.ndarray
     encoded: np.ndarray
     hits: int
+    #: embedding tokens of the images encoded (from the dataset), None when not at hand
+    encoded_tokens: np.ndarray | None = None
 
     @property
     def profiling(self) -> np.ndarray:
@@ -124,8 +140,11 @@ def ttft_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
     x = np.zeros((n, len(PARAMS)))
     x[:, 0] = x[:, 1] = 1.0
     x[:, 3] = t.input_tokens[keep]
+    x[:, CONTEXT] = t.input_tokens[keep].astype(float) ** 2 / 2000.0
     x[:, 4] = run.processed[keep]
     x[:, 5] = run.encoded[keep]
+    if run.encoded_tokens is not None:
+        x[:, TOKENS] = run.encoded_tokens[keep]
     return x, (first[keep] - start[keep]) / 1e6
 
 
@@ -140,17 +159,26 @@ def window_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
     steps = out[keep] - 1.0
     rate = (out[has] - 1.0) / np.maximum(e - f, 1.0)  # decode tokens per ns of each window
     decoded = _token_integral(f, e, rate, ek) - _token_integral(f, e, rate, fk)
+    ctx = rate * t.input_tokens[has] / 1000.0  # decode tokens x their prompt, per ns
+    attended = _token_integral(f, e, ctx, ek) - _token_integral(f, e, ctx, fk)
     order = np.argsort(f)
     fs = f[order]
     tokens = np.concatenate([[0.0], np.cumsum(t.input_tokens[has][order].astype(float))])
+    pairs = np.concatenate([[0.0], np.cumsum(t.input_tokens[has][order].astype(float) ** 2
+                                             / 2000.0)])
     enc = np.concatenate([[0.0], np.cumsum(run.encoded[has][order])])
+    enc_tok = np.zeros(int(has.sum())) if run.encoded_tokens is None else run.encoded_tokens[has]
+    enc_tok = np.concatenate([[0.0], np.cumsum(enc_tok[order])])
     lo = np.searchsorted(fs, fk, side="right")
     hi = np.searchsorted(fs, ek, side="right")
     x = np.zeros((int(keep.sum()), len(PARAMS)))
     x[:, 1] = steps
     x[:, 2] = decoded
+    x[:, DECODE] = attended
     x[:, 3] = tokens[hi] - tokens[lo]
+    x[:, CONTEXT] = pairs[hi] - pairs[lo]
     x[:, 5] = enc[hi] - enc[lo]
+    x[:, TOKENS] = enc_tok[hi] - enc_tok[lo]
     return x, (ek - fk) / 1e6
 
 
@@ -178,6 +206,8 @@ class Fit:
     rows: dict[str, int] = field(default_factory=dict)
     #: correlation of the estimates, rows and columns in :data:`PARAMS` order (held: 0, own 1)
     correlation: list[list[float]] = field(default_factory=list)
+    #: free costs fitted negative, held at 0 and the rest refitted
+    zeroed: tuple[str, ...] = ()
 
 
 def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
@@ -188,12 +218,11 @@ def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
     groups = {k: (np.vstack([x for x, _ in v]), np.concatenate([y for _, y in v]))
               for k, v in sets.items()}
     free = [i for i, p in enumerate(PARAMS) if p not in hold]
-    held_vec = np.array([hold.get(p, 0.0) for p in PARAMS])
     xs, ys, names = [], [], []
     for name, (x, y) in groups.items():
         if len(y):
             xs.append(x)
-            ys.append(y - x @ held_vec)
+            ys.append(y)
             names += [name] * len(y)
     if not xs:
         raise UserError("no request has a first token: calibrate needs streamed runs")
@@ -205,7 +234,24 @@ def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
         missing = sorted({*missing, "per_seq_ms"} - {"frontend_request_ms", "step_base_ms"})
     if missing:
         raise UserError(refusal(missing, runs))
-    return _solve(x[:, free], y, label, [PARAMS[i] for i in free], hold)
+    return _nonnegative(x, y, label, hold)
+
+
+def _nonnegative(x: np.ndarray, y: np.ndarray, label: np.ndarray, hold: dict[str, float]
+                 ) -> Fit:
+    """The fit with every cost >= 0: a free cost fitted negative is held at 0 and the rest
+    refitted (one at a time, the most negative first), recorded in ``Fit.zeroed``."""
+    zeroed: list[str] = []
+    while True:
+        free = [i for i, p in enumerate(PARAMS) if p not in hold]
+        held_vec = np.array([hold.get(p, 0.0) for p in PARAMS])
+        result = _solve(x[:, free], y - x @ held_vec, label, [PARAMS[i] for i in free], hold)
+        negative = [p for p in PARAMS if p not in hold and result.values[p] < 0.0]
+        if not negative:
+            return replace(result, zeroed=tuple(zeroed))
+        worst = min(negative, key=lambda p: result.values[p] / max(result.se[p], 1e-12))
+        hold = {**hold, worst: 0.0}
+        zeroed.append(worst)
 
 
 def _solve(x: np.ndarray, y: np.ndarray, label: np.ndarray, names: list[str],
@@ -291,15 +337,25 @@ def _advice(param: str, runs: list[Run]) -> str:
         "per_seq_ms": "every request ran alone, so the decode step's cost per running "
                       "request is not told from its base: add a run at concurrency 2 or more",
         "per_prefill_token_ms": "add a run with other prompt lengths (another --text-tokens)",
+        "per_decode_context_ms": "add a run with other prompt lengths (another --text-tokens) "
+                                 "and streamed replies of >= 2 tokens",
+        "per_prefill_context_ms": "attention's part that grows with the prompt is told apart "
+                                  "only by three or more prompt lengths: add a run with "
+                                  "another --text-tokens",
         "frontend_image_ms": "add a run with another --images-per-request",
         "per_encoder_image_ms": "add a run with another --images-per-request",
+        "per_encoder_token_ms": "every encoded image has one size, so the encoder's cost per "
+                                "image token is not told from its cost per image: add a run "
+                                "with another --image-size",
     }[param]
 
 
 # -- the profile ----------------------------------------------------------------------------
-def fitted_profile(base: Profile, result: Fit, runs: list[Run], name: str) -> Profile:
+def fitted_profile(base: Profile, result: Fit, runs: list[Run], name: str,
+                   tokens: TextTokens | None = None) -> Profile:
     """The base profile with the fitted costs (negative fits written as 0), the encoder in the
-    step, the runs' cache target when they share one, and the fit in ``calibration``."""
+    step, the runs' cache target when they share one, the measured text bytes per token
+    (``tokens``) and the fit in ``calibration``."""
     targets = {r.target.name for r in runs}
     values = {p: max(0.0, round(v, 6)) for p, v in result.values.items()}
     changes: dict[str, Any] = dict(values, name=name, encoder_async_fraction=0.0,
@@ -307,11 +363,18 @@ def fitted_profile(base: Profile, result: Fit, runs: list[Run], name: str) -> Pr
                                                f"{len(runs)} runs (base {base.name})")
     if len(targets) == 1:
         changes.update(cache=targets.pop(), key_mode=None, register=None)
+    if tokens is not None:
+        changes["text_bytes_per_token"] = tokens.bytes_per_token
     calibration = {"base_profile": base.name, "runs": [str(r.path) for r in runs],
-                   "held": sorted(result.held), "rows": result.rows,
+                   "held": sorted(result.held), "zeroed": list(result.zeroed),
+                   "rows": result.rows,
                    "parameters": {p: {"value": result.values[p], "se": result.se[p]}
                                   for p in PARAMS},
                    "correlation": result.correlation}
+    if tokens is not None:
+        calibration["text_bytes_per_token"] = {"value": tokens.bytes_per_token,
+                                               "requests": tokens.requests,
+                                               "per_run": list(tokens.per_run)}
     return replace(base, calibration=calibration, **changes).validate()
 
 
@@ -347,17 +410,6 @@ def _headline(export: dict) -> dict[str, float | None]:
             "throughput": (export.get("request_throughput") or {}).get("avg")}
 
 
-def run_dataset(run: Run) -> Path | None:
-    """The dataset the run read, when it is still there (as given, or beside the run)."""
-    name = run.config.get("dataset") or run.config.get("input_file")
-    if not name:
-        return None
-    for path in (Path(name), run.path / Path(name).name, run.path.parent / name):
-        if path.is_file():
-            return path
-    return None
-
-
 def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
     """The run replayed in virtual time with ``prof`` (its dataset, concurrency or rate,
     request counts, output settings, cache target and size); None without its dataset."""
@@ -388,6 +440,7 @@ class Calibration:
     runs: list[Run]
     base: Profile
     residuals: list[dict[str, Any]] = field(default_factory=list)
+    tokens: TextTokens | None = None
 
 
 def base_for(runs_config: list[dict], name: str | None) -> Profile:
@@ -406,9 +459,10 @@ def base_for(runs_config: list[dict], name: str | None) -> Profile:
 
 
 def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
-              hold: list[str] | None = None) -> Calibration:
+              hold: list[str] | None = None, holdout: list[Path] | None = None
+              ) -> Calibration:
     """Read the runs, fit, build the profile (named after ``output``) and replay every run
-    with it (the residuals); writes nothing."""
+    with it (the residuals), and the ``holdout`` runs (not fitted); writes nothing."""
     unknown = sorted(set(hold or ()) - set(PARAMS))
     if unknown:
         raise SpecError("hold", f"names unknown parameters {', '.join(unknown)} (of "
@@ -419,11 +473,44 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
     base = base_for([first[0].config], base_profile)
     runs = first + [load_run(p, base.cache) for p in paths[1:]]
     base = base_for([r.config for r in runs], base_profile)
-    result = fit(runs, {p: float(getattr(base, p)) for p in hold or ()})
-    prof = fitted_profile(base, result, runs, Path(output).stem)
+    runs, tokens = dataset_terms(runs, base)
+    hold = list(hold or ())
+    if any(r.encoded_tokens is None for r in runs) and PARAMS[TOKENS] not in hold:
+        hold.append(PARAMS[TOKENS])  # no dataset to count the encoded images' tokens
+    result = fit(runs, {p: float(getattr(base, p)) for p in hold})
+    prof = fitted_profile(base, result, runs, Path(output).stem, tokens)
+    held_out = [load_run(p, base.cache) for p in holdout or ()]
     residuals = [{"run": str(r.path), "hits": r.hits, "measured": measured(r),
-                  "predicted": predict(r, prof)} for r in runs]
-    return Calibration(prof, result, runs, base, residuals)
+                  "predicted": predict(r, prof), "fitted": i < len(runs)}
+                 for i, r in enumerate([*runs, *held_out])]
+    return Calibration(prof, result, runs, base, residuals, tokens)
+
+
+def dataset_terms(runs: list[Run], base: Profile) -> tuple[list[Run], TextTokens | None]:
+    """The runs with the images vLLM's encoder cache spared the encoder (a base profile that
+    keeps it: ``calibrate_terms.encoder_misses``), and the text tokens per byte, from the runs'
+    datasets; without the datasets, the runs as read and None."""
+    from .calibrate_terms import encoder_misses, run_turns, text_tokens
+
+    found = [run_turns(r, base) for r in runs]
+    lost = [str(r.path) for r, t in zip(runs, found) if t is None]
+    if lost and base.encoder_cache and any(r.target.lookup == "arrival" for r in runs):
+        raise UserError(f"{lost[0]}: its dataset is not at hand (as the export names it, or "
+                        "beside the run), and the base profile keeps vLLM's encoder cache, "
+                        "whose hits calibrate replays from it")
+    turns = [t for t in found if t is not None]
+    if lost:
+        return runs, None
+    out = []
+    for r, ts in zip(runs, turns):
+        enc = encoder_misses(r, ts, base)
+        if enc is None:  # the run's own count; its images' mean tokens each
+            mean = np.array([np.mean([im.tokens for im in t.images]) if t.images else 0.0
+                             for t in ts])
+            out.append(replace(r, encoded_tokens=r.encoded * mean))
+        else:
+            out.append(replace(r, encoded=enc[0], encoded_tokens=enc[1]))
+    return out, text_tokens(runs, turns)
 
 
 def report_lines(cal: Calibration) -> list[str]:
@@ -432,13 +519,22 @@ def report_lines(cal: Calibration) -> list[str]:
     lines = [f"base profile {cal.base.name}; {len(cal.runs)} runs",
              f"{'parameter':22} {'fitted':>10} {'± se':>9} {'base':>10}"]
     for p in PARAMS:
-        se = "held" if p in f.held else f"{f.se[p]:.4g}"
+        se = "0 (<0)" if p in f.zeroed else "held" if p in f.held else f"{f.se[p]:.4g}"
         lines.append(f"{p:22} {f.values[p]:10.4f} {se:>9} {float(getattr(cal.base, p)):10.4f}")
+    if cal.tokens is not None:
+        t = cal.tokens
+        lines.append(f"text_bytes_per_token  {t.bytes_per_token:10.4f} (measured over "
+                     f"{t.requests} requests; per run "
+                     f"{', '.join(f'{v:g}' for v in t.per_run)}; base "
+                     f"{cal.base.text_bytes_per_token:g})")
     lines.append("rows: " + ", ".join(f"{k} {v} (spread {f.spread.get(k, 0):.3g} ms)"
                                       for k, v in f.rows.items()))
     lines.append(f"{'run':32} {'hits':>6} {'TTFT p50 meas':>13} {'pred':>9} {'err':>7} "
                  f"{'req/s meas':>10} {'pred':>9} {'err':>7}")
     for row in cal.residuals:
+        if not row["fitted"] and cal.residuals[0]["fitted"] and row is next(
+                r for r in cal.residuals if not r["fitted"]):
+            lines.append("held out (not fitted):")
         meas, pred = row["measured"], row["predicted"] or {}
         cells = []
         for key in ("ttft_p50", "throughput"):

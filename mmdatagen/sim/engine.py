@@ -94,6 +94,23 @@ def _engine_cache(profile: Profile, target: CacheTarget, cache_size: float,
     return make_target_cache(target, model, target.capacity(cache_size), budget)
 
 
+def encoder_cache(profile: Profile, target: CacheTarget, model: VisionModel | None
+                  ) -> CacheModel | None:
+    """vLLM's encoder cache beside a target looked up on arrival (``profile.encoder_cache``):
+    asked at schedule time for the images, a hit skips encoding; None without one."""
+    if not profile.encoder_cache or target.lookup != "arrival":
+        return None
+    from ..caches import get_target
+    from ..media_tokens import encoder_cache_budget
+    from ..vlm import resolve_model
+
+    budget = profile.encoder_budget
+    if budget is None:
+        budget = encoder_cache_budget(model or resolve_model(profile.model), profile.token_budget,
+                                      None, profile.max_model_len)
+    return make_target_cache(get_target("vllm-encoder"), None, int(budget))
+
+
 class Engine:
     """Waiting queue, running batch, embedding cache and the serial frontend of one worker."""
 
@@ -107,6 +124,7 @@ class Engine:
         self.target = profile.cache_target()
         self.cache_size = self.target.resolve(cache_size)
         self.cache = _engine_cache(profile, self.target, self.cache_size, model)
+        self.encoder = encoder_cache(profile, self.target, model)
         self.cache_seq = 0  # cache events so far: lookups and finishes, in the order they happen
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
@@ -187,7 +205,9 @@ class Engine:
     def _admit(self, req: SimRequest) -> tuple[int, int]:
         """Schedule-time cache lookups; returns the encoder work (tokens, images). With a cache
         looked up on arrival, every image is encoded (that cache holds processed pixels)."""
-        if self.target.lookup == "arrival":
+        if self.encoder is not None:  # beside a cache looked up on arrival
+            flags = self.encoder.lookup(req.rid, [(im.key, im.tokens) for im in req.images])
+        elif self.target.lookup == "arrival":
             flags = [False] * len(req.images)
         else:
             flags = self._lookup(req)
@@ -207,16 +227,19 @@ class Engine:
         budget = p.token_budget
         scheduled = self._scheduled
         scheduled.clear()
-        n_decode = prefill = 0
+        n_decode = prefill = context = 0
         enc_tokens = enc_images = 0.0
         for r in self.running:
             if r.prefilled >= r.prompt_tokens:
                 n_decode += 1
+                context += r.prompt_tokens
                 scheduled.append(r)
         budget -= n_decode
+        pairs = 0.0  # prefill tokens x their causal context (attention's quadratic part)
         for r in self.running:
             if r.prefilled < r.prompt_tokens and budget > 0 and r.enc_ready <= now:
                 chunk = min(r.prompt_tokens - r.prefilled, budget)
+                pairs += chunk * (r.prefilled + chunk / 2)
                 r.prefilled += chunk
                 prefill += chunk
                 budget -= chunk
@@ -240,10 +263,13 @@ class Engine:
             self.encoded_images += n
             chunk = min(r.prompt_tokens, budget)
             r.prefilled = chunk
+            pairs += chunk * chunk / 2
             prefill += chunk
             budget -= chunk
             scheduled.append(r)
-        dur = (p.step_base_ms + p.per_seq_ms * n_decode + p.per_prefill_token_ms * prefill
+        dur = (p.step_base_ms + p.per_seq_ms * n_decode + p.per_decode_context_ms * context / 1000.0
+               + p.per_prefill_token_ms * prefill
+               + p.per_prefill_context_ms * pairs / 1000.0
                + p.per_encoder_token_ms * enc_tokens + p.per_encoder_image_ms * enc_images)
         if not scheduled and not (enc_tokens or enc_images):
             return None
@@ -273,6 +299,8 @@ class Engine:
                 r.first_token_t = t_end
                 if release:  # the prompt is computed: its encoder entries become freeable
                     self._finish(r)
+                if self.encoder is not None:
+                    self.encoder.finish(r.rid)
             if r.emitted >= r.target_tokens:
                 r.end_t = t_end
                 r.done = True
@@ -292,6 +320,8 @@ class Engine:
         """Drop a request (client went away); its slot frees at the next step."""
         req.done = True
         req.notify = None
+        if self.encoder is not None:
+            self.encoder.finish(req.rid)  # an aborted request's encoder entries are released
         if req.lookup_seq is not None and req.finish_seq is None:
             if self.target.releases:
                 self._finish(req)  # its entries are released: an event the timeline shows

@@ -21,7 +21,9 @@ class Profile:
     """Parameters of the step model (all times in milliseconds of simulated time).
 
     Step duration = ``step_base_ms`` + ``per_seq_ms`` x running sequences
-    + ``per_prefill_token_ms`` x prefill tokens + ``per_encoder_token_ms`` x encoded image tokens
+    + ``per_decode_context_ms`` x their prompts in thousands of tokens    + ``per_prefill_token_ms`` x prefill tokens + ``per_prefill_context_ms`` x each prefill
+    token's causal context in thousands (a chunk of ``c`` tokens after ``o``: ``c (o + c / 2)``;
+    a whole prompt of ``T``: ``T^2 / 2``) + ``per_encoder_token_ms`` x encoded image tokens
     + ``per_encoder_image_ms`` x encoded images, of which ``encoder_async_fraction`` runs instead
     on a serial encoder queue beside the steps (delaying only that request's prefill). Before the engine, a serial frontend spends
     ``frontend_request_ms`` + ``frontend_image_ms`` x images per request, after a fixed
@@ -41,6 +43,10 @@ class Profile:
     step_base_ms: float = 5.0
     per_seq_ms: float = 0.1
     per_prefill_token_ms: float = 0.0
+    #: attention's quadratic part: ms per prefill token per 1,000 tokens of the prompt before it
+    per_prefill_context_ms: float = 0.0
+    #: decode attention: ms per decoding sequence per 1,000 tokens of its prompt
+    per_decode_context_ms: float = 0.0
     per_encoder_token_ms: float = 0.0
     per_encoder_image_ms: float = 0.0
     encoder_async_fraction: float = 0.0
@@ -55,6 +61,10 @@ class Profile:
     register: str | None = None
     #: a two-tier target's front (vLLM's encoder cache) in tokens; None: vLLM's rule
     encoder_budget: int | None = None
+    #: the engine also keeps vLLM's encoder cache behind a cache looked up on arrival (plain
+    #: vLLM: the processor cache skips preprocessing, the encoder cache skips encoding); its
+    #: budget is ``encoder_budget``, else vLLM's rule with ``token_budget`` and ``max_model_len``
+    encoder_cache: bool = False
     natural_output_tokens: int = 128
     max_model_len: int = 262144
     max_body_mb: float = 64.0
@@ -65,6 +75,7 @@ class Profile:
     def zero_delay(self) -> bool:
         """True when no work costs time: requests complete as soon as they are parsed."""
         return not any((self.step_base_ms, self.per_seq_ms, self.per_prefill_token_ms,
+                        self.per_prefill_context_ms, self.per_decode_context_ms,
                         self.per_encoder_token_ms, self.per_encoder_image_ms,
                         self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms,
                         self.decode_ms_per_mpixel))
