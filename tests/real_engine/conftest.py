@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from . import setup_engine
-from .engine import RESULTS, SERVER, TIMINGS, EngineError, VllmServer
+from .engine import CALIBRATION, RESULTS, SERVER, TIMINGS, EngineError, VllmServer
 
 HERE = Path(__file__).resolve().parent
 
@@ -61,6 +61,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_sep("-", "real engine timings")
         for k, v in TIMINGS.items():
             terminalreporter.write_line(f"{k}: {v:.1f} s")
+    if CALIBRATION:
+        _calibration_summary(terminalreporter)
     if RESULTS:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "results.json").write_text(json.dumps(RESULTS, indent=1))
@@ -82,6 +84,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
                 f"{r['references']} ({r.get('videos', 0)}) | {r['reference_hits']} / {r['reference_hits_server_order']} | "
                 f"{r['bench_predicted_hits']} ({r.get('bench_predicted_cache')}) | "
                 f"{r['engine_hits']} | {r['encoder_runs']} ({r['reference_encoder_runs']})")
+
+
+def _calibration_summary(terminalreporter) -> None:
+    terminalreporter.write_sep("-", "calibrated profile: held-out runs, predicted vs measured")
+    terminalreporter.write_line("case | repeats | TTFT p50 ms: measured (each) / predicted / "
+                                "error / spread | req/s: measured (each) / predicted / error / "
+                                "spread")
+    for row in CALIBRATION:
+        cells = []
+        for metric in ("ttft_p50", "throughput"):
+            m = row[metric]
+            cells.append(f"{', '.join(f'{v:.2f}' for v in m['measured'])} / "
+                         f"{m['predicted']:.2f} / {m['error']:+.1%} / {m['spread']:.1%}")
+        terminalreporter.write_line(f"{row['case']} | {row['repeats']} | {cells[0]} | {cells[1]}")
 
 
 def cache_root() -> Path:

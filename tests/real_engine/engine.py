@@ -28,6 +28,7 @@ SERVER = {"processor_cache_gb": 0.005, "max_num_batched_tokens": 2048, "max_imag
           "max_videos": 2, "max_model_len": 4096}
 TIMINGS: dict[str, float] = {}
 RESULTS: list[dict] = []  # one row per workload, printed at the end of the session
+CALIBRATION: list[dict] = []  # one row per held-out case of test_calibrate_real
 
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -44,6 +45,17 @@ ITERATION_LINE = re.compile(r"Iteration\((\d+)\):.*?(?:encoder inputs: (\d+), "
                             r"encoder output embeddings: (\d+))?\s*$")
 RECEIVED_LINE = re.compile(r"Received request chatcmpl-(\S+?):")
 BUDGET_LINE = re.compile(r"Encoder cache will be initialized with a budget of (\d+) tokens")
+
+
+def read_run(out: Path) -> tuple[dict, list[dict]]:
+    """A bench run folder's export and records, after checking no request failed."""
+    import orjson
+
+    export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
+    records = [orjson.loads(line) for line in (out / "records.jsonl").read_bytes().splitlines()]
+    errors = [r["error"] for r in records if r["error"]]
+    assert not errors, f"{len(errors)} failed requests, first: {errors[0]}"
+    return export, records
 
 
 class EngineError(RuntimeError):

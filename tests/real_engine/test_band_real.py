@@ -26,7 +26,7 @@ import orjson
 import pytest
 
 from .conftest import ARTIFACTS
-from .engine import RESULTS, SERVER
+from .engine import RESULTS, SERVER, read_run
 from .reference import GIB, processor_hits, requests_in_dispatch_order
 from .test_vllm_conformance import cache_target_flags, mmdatagen
 
@@ -62,10 +62,7 @@ def test_measured_inside_band(vllm_server, tiny_model, tmp_path, name, generator
     end = vllm_server.settled_offset()
     after = vllm_server.mm_cache_counters()
 
-    export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
-    records = [orjson.loads(line) for line in (out / "records.jsonl").read_bytes().splitlines()]
-    errors = [r["error"] for r in records if r["error"]]
-    assert not errors, f"{len(errors)} failed requests, first: {errors[0]}"
+    export, records = read_run(out)
     measured = {"hits": int(after["hits"] - before["hits"]),
                 "queries": int(after["queries"] - before["queries"])}
     pred = export["image_cache"]["predicted"]

@@ -44,7 +44,7 @@ import pytest
 
 from . import setup_dynamo
 from .conftest import ARTIFACTS
-from .engine import RESULTS, TIMINGS, EngineError, VllmServer, prediction_band
+from .engine import RESULTS, TIMINGS, EngineError, VllmServer, prediction_band, read_run
 from .reference import item_tokens, requests_in_dispatch_order
 
 pytestmark = pytest.mark.real_engine
@@ -227,10 +227,7 @@ def run_bench(server: ConnectorServer, model: Path, dataset: Path, out: Path, co
     measured.update(entries_before=before["entries"], entries_after=after["entries"],
                     encoder_runs=server.encoder_runs(offset, end)["encoder_inputs"],
                     received=server.received_order(offset, end))
-    export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
-    records = [orjson.loads(line) for line in (out / "records.jsonl").read_bytes().splitlines()]
-    errors = [r["error"] for r in records if r["error"]]
-    assert not errors, f"{len(errors)} failed requests, first: {errors[0]}"
+    export, records = read_run(out)
     return export, records, measured
 
 

@@ -42,7 +42,7 @@ import pytest
 from . import setup_dynamo_stack
 from .conftest import ARTIFACTS
 from .dynamo_stack import DynamoStack
-from .engine import RESULTS, TIMINGS, EngineError, prediction_band
+from .engine import RESULTS, TIMINGS, EngineError, prediction_band, read_run
 from .reference import item_tokens, requests_in_dispatch_order
 
 pytestmark = pytest.mark.real_engine
@@ -128,10 +128,7 @@ def run_bench(stack: DynamoStack, model: Path, dataset: Path, out: Path, concurr
     measured["bench_seconds"] = round(seconds, 1)
     measured["entries_before"], measured["entries_after"] = before["entries"], after["entries"]
     measured["encoder_runs"] = stack.worker.encoder_runs(offset, end)["encoder_inputs"]
-    export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
-    records = [orjson.loads(line) for line in (out / "records.jsonl").read_bytes().splitlines()]
-    errors = [r["error"] for r in records if r["error"]]
-    assert not errors, f"{len(errors)} failed requests, first: {errors[0]}"
+    export, records = read_run(out)
     return export, records, measured
 
 

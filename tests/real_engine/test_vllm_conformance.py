@@ -27,7 +27,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from .engine import RESULTS, SERVER
+from .engine import RESULTS, SERVER, read_run
 from .reference import (
     GIB,
     Item,
@@ -172,10 +172,7 @@ def test_predicted_equals_engine(vllm_server, tiny_model, tmp_path, name, genera
     end = vllm_server.settled_offset()
     after = vllm_server.mm_cache_counters()
 
-    export = orjson.loads((out / "profile_export_mmdatagen.json").read_bytes())
-    records = [orjson.loads(line) for line in (out / "records.jsonl").read_bytes().splitlines()]
-    errors = [r["error"] for r in records if r["error"]]
-    assert not errors, f"{len(errors)} failed requests, first: {errors[0]}"
+    export, records = read_run(out)
 
     dispatched = requests_in_dispatch_order(dataset, records)
     requests = [items for _, items in dispatched]
