@@ -16,6 +16,7 @@ import blake3
 
 from ..errors import DatasetError
 from ..media_tokens import encoder_cache_budget
+from .readers import Turn
 
 KEY_MODES = ("bytes", "pixels", "reference", "uuid")
 DEFAULT_URL_SIZE = (640, 480)  # an http(s) image the server fetches is sized as this when unknown
@@ -62,6 +63,35 @@ def resolve_path(ref: str, dataset_dir: Path | None) -> Path:
         return path
     alt = dataset_dir / path
     return alt if alt.exists() else path
+
+
+INLINE_AUDIO = ("wav,", "mp3,")  # AIPerf's inline audio form: ``wav,<base64>`` / ``mp3,<base64>``
+
+
+def local_files(turn: Turn, dataset_dir: Path | None) -> dict[str, str | Exception]:
+    """Every local file a turn's media references name, resolved once (:func:`resolve_path`)
+    before its body is built: reference -> path text. Images and videos are classified as
+    :func:`parse_ref` does; a refused ``file://`` reference maps to its error, raised where the
+    body meets it (so does a name too long for a path that looks like inline audio; any other
+    such name fails here, first). An audio reference in AIPerf's inline form is no file. Data
+    URLs and http(s) URLs have no entry: they go out as they are."""
+    files: dict[str, str | Exception] = {}
+    for ref in (*turn.images, *turn.videos):
+        if ref and ref not in files and not ref.startswith("data:"):
+            try:
+                if parse_ref(ref).kind == "path":
+                    files[ref] = str(resolve_path(ref, dataset_dir))
+            except DatasetError as exc:
+                files[ref] = exc
+            except OSError as exc:
+                if ref[:4].lower() not in INLINE_AUDIO:
+                    raise
+                files[ref] = exc
+    for ref in turn.audios:
+        if (ref and ref not in files and not ref.startswith("data:") and "://" not in ref
+                and ref[:4].lower() not in INLINE_AUDIO):
+            files[ref] = str(resolve_path(ref, dataset_dir))
+    return files
 
 
 def load_bytes(ref: str, dataset_dir: Path | None = None) -> bytes | None:

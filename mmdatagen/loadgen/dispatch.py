@@ -17,13 +17,14 @@ from typing import Any
 
 from ..arrivals import make_pacer
 from ..errors import SpecError, UserError
+from ..io.imageref import local_files
 from ..io.readers import Turn
 from ..metrics import RequestRecord
 from ..scheduling import DONE, HOLD, PROFILING, SEND, Core, Feed, Slot, phases
 from ..sessions import row_label
 from .client import Result
 from .failures import ErrorKind, error
-from .payload import BodyConfig, ImageEncoder, build_body, serialize
+from .payload import BodyConfig, ImageEncoder, resolved_body, serialize
 from .sessions import Session, SessionSource
 
 
@@ -143,10 +144,11 @@ async def _one(ctx: Context, sess: Session, turn: Turn, phase: str,
     cfg = ctx.body_cfg
     xid = str(uuid.uuid4())
     try:
-        if ctx.encoder.needs_encoding(turn):
-            body = await asyncio.to_thread(build_body, turn, cfg, ctx.encoder, history)
+        files = local_files(turn, ctx.encoder.dataset_dir)  # every reference resolved once
+        if ctx.encoder.needs_encoding(files):
+            body = await asyncio.to_thread(resolved_body, turn, files, cfg, ctx.encoder, history)
         else:
-            body = build_body(turn, cfg, ctx.encoder, history)
+            body = resolved_body(turn, files, cfg, ctx.encoder, history)
         payload = serialize(body)
     except Exception as exc:  # a bad row must not kill the run
         now = time.perf_counter_ns()

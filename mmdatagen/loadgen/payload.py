@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import orjson
 
 from ..errors import DatasetError
 from ..io.encode import encode_file
-from ..io.imageref import parse_ref, resolve_path
+from ..io.imageref import INLINE_AUDIO, local_files
 from ..io.readers import Turn
 from ..settings.values import coerce_value, parse_extra_inputs, parse_headers  # noqa: F401
 
@@ -28,8 +29,16 @@ ENDPOINT_TYPES = ("chat", "completions")
 ENDPOINT_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
+#: a turn's local files, resolved before its body is built (``io.imageref.local_files``)
+Files = Mapping[str, "str | Exception"]
+
+
 class ImageEncoder:
-    """Local image files -> data URLs as AIPerf encodes them, cached by resolved path."""
+    """Local image files -> data URLs as AIPerf encodes them, cached by resolved path.
+
+    The loader resolves a turn's references first (``io.imageref.local_files``) and hands the
+    resolved paths to :meth:`image_url`, :meth:`audio` and :meth:`video_url`; :meth:`url`
+    resolves one reference on its own."""
 
     def __init__(self, dataset_dir: Path | None = None, max_bytes: int = 1 << 30) -> None:
         self.dataset_dir = dataset_dir
@@ -40,38 +49,50 @@ class ImageEncoder:
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}
 
-    def needs_encoding(self, turn: Turn) -> bool:
-        """True when the turn references a local file not yet encoded (encode off the loop)."""
-        for ref in (*turn.images, *turn.videos, *turn.audios):
-            if ref and not ref.startswith("data:") and "://" not in ref and not _inline_audio(ref):
-                if str(resolve_path(ref, self.dataset_dir)) not in self._cache:
-                    return True
-        return False
+    def needs_encoding(self, files: Files) -> bool:
+        """True when a resolved file of a turn is not yet encoded (encode off the loop)."""
+        return any(isinstance(p, str) and p not in self._cache for p in files.values())
 
-    def video_url(self, ref: str) -> str:
+    def url(self, ref: str) -> str:
+        """:meth:`image_url` of one reference, resolved on its own."""
+        return self.image_url(ref, local_files(Turn(images=[ref]), self.dataset_dir))
+
+    def image_url(self, ref: str, files: Files) -> str:
+        """The string to put in ``image_url.url`` for a dataset reference."""
+        if ref.startswith("data:"):  # sent untouched; check the header without copying MBs
+            return _checked_data_url(ref)
+        # encoding runs in worker threads: one encode per file, others wait for it
+        return self._local(ref, files, encode_file)
+
+    def video_url(self, ref: str, files: Files) -> str:
         """The string to put in ``video_url.url``: data and http(s) URLs untouched, local files
         as a data URL of their bytes (AIPerf accepts .mp4 and .webm)."""
         if ref.startswith("data:"):
-            comma = ref.find(",", 0, 512)
-            if comma < 0 or ";base64" not in ref[:comma]:
-                raise DatasetError(f"malformed data URL (need data:<mime>;base64,...): {ref[:60]}")
-            return ref
-        if parse_ref(ref).kind != "path":
-            return ref
-        return self._cached(str(resolve_path(ref, self.dataset_dir)), encode_video_file)
+            return _checked_data_url(ref)
+        return self._local(ref, files, encode_video_file)
 
-    def audio(self, ref: str) -> dict[str, str]:
+    def audio(self, ref: str, files: Files) -> dict[str, str]:
         """The ``input_audio`` object: ``<fmt>,<base64>`` and ``data:audio/<fmt>;base64,`` split
         into format and data, local .wav/.mp3 files read once."""
         if not _inline_audio(ref) and not ref.startswith("data:"):
             if "://" in ref:
                 raise DatasetError(f"audio must be inline or a local file, not a URL: {ref[:60]}")
-            ref = self._cached(str(resolve_path(ref, self.dataset_dir)), encode_audio_file)
+            ref = self._local(ref, files, encode_audio_file)
         if ref.startswith("data:audio/"):
             head, _, data = ref.partition(",")
             return {"data": data, "format": head[len("data:audio/"):].split(";", 1)[0] or "wav"}
         fmt, _, data = ref.partition(",")
         return {"data": data, "format": fmt}
+
+    def _local(self, ref: str, files: Files, encode) -> str:
+        """A resolved local file encoded (once); a reference with no file goes out as it is
+        (an http(s) URL: the server fetches); one refused when it was resolved raises."""
+        path = files.get(ref)
+        if path is None:
+            return ref
+        if isinstance(path, Exception):
+            raise path
+        return self._cached(path, encode)
 
     def _cached(self, path: str, encode) -> str:
         """``encode(Path(path))`` once per path (an LRU bounded by bytes; racing threads wait)."""
@@ -102,22 +123,18 @@ class ImageEncoder:
                 self._pending.pop(path, None)
             done.set()
 
-    def url(self, ref: str) -> str:
-        """The string to put in ``image_url.url`` for a dataset reference."""
-        if ref.startswith("data:"):  # sent untouched; check the header without copying MBs
-            comma = ref.find(",", 0, 512)
-            if comma < 0 or ";base64" not in ref[:comma]:
-                raise DatasetError(f"malformed data URL (need data:<mime>;base64,...): {ref[:60]}")
-            return ref
-        if parse_ref(ref).kind != "path":
-            return ref  # http(s) URLs go out untouched; the server fetches
-        # encoding runs in worker threads: one encode per file, others wait for it
-        return self._cached(str(resolve_path(ref, self.dataset_dir)), encode_file)
+
+def _checked_data_url(ref: str) -> str:
+    """A data URL sent untouched, its header checked without copying megabytes."""
+    comma = ref.find(",", 0, 512)
+    if comma < 0 or ";base64" not in ref[:comma]:
+        raise DatasetError(f"malformed data URL (need data:<mime>;base64,...): {ref[:60]}")
+    return ref
 
 
 def _inline_audio(ref: str) -> bool:
     """AIPerf's inline audio form ``wav,<base64>`` / ``mp3,<base64>``."""
-    return ref[:4].lower() in ("wav,", "mp3,")
+    return ref[:4].lower() in INLINE_AUDIO
 
 
 def _read_media(path: Path, what: str) -> bytes:
@@ -148,8 +165,13 @@ def encode_audio_file(path: Path) -> str:
 
 
 def user_content(turn: Turn, encoder: ImageEncoder) -> str | list[dict]:
+    """:func:`resolved_content` of a turn whose local files are resolved here."""
+    return resolved_content(turn, local_files(turn, encoder.dataset_dir), encoder)
+
+
+def resolved_content(turn: Turn, files: Files, encoder: ImageEncoder) -> str | list[dict]:
     """A plain string for one text and no media; else texts first, then images (uuid sibling),
-    audios, videos (AIPerf's order)."""
+    audios, videos (AIPerf's order). ``files``: the turn's resolved local files."""
     images = turn.images
     uuids = turn.image_uuids
     if len(turn.texts) == 1 and not images and not uuids and not turn.audios and not turn.videos:
@@ -159,16 +181,16 @@ def user_content(turn: Turn, encoder: ImageEncoder) -> str | list[dict]:
         images = [""] * len(uuids)  # cache-only references: empty url with the uuid
     for i, ref in enumerate(images):
         part: dict[str, Any] = {"type": "image_url",
-                                "image_url": {"url": encoder.url(ref) if ref else ""}}
+                                "image_url": {"url": encoder.image_url(ref, files) if ref else ""}}
         if uuids:
             part["uuid"] = uuids[i]
         parts.append(part)
     for ref in turn.audios:  # AIPerf skips empty contents
         if ref:
-            parts.append({"type": "input_audio", "input_audio": encoder.audio(ref)})
+            parts.append({"type": "input_audio", "input_audio": encoder.audio(ref, files)})
     for ref in turn.videos:
         if ref:
-            parts.append({"type": "video_url", "video_url": {"url": encoder.video_url(ref)}})
+            parts.append({"type": "video_url", "video_url": {"url": encoder.video_url(ref, files)}})
     return parts
 
 
@@ -185,14 +207,21 @@ class BodyConfig:
 
 def build_body(turn: Turn, cfg: BodyConfig, encoder: ImageEncoder,
                history: list[dict] | None = None) -> dict[str, Any]:
-    """The request body dict; ``history`` holds earlier messages of a multi_turn session."""
+    """:func:`resolved_body` of a turn whose local files are resolved here."""
+    return resolved_body(turn, local_files(turn, encoder.dataset_dir), cfg, encoder, history)
+
+
+def resolved_body(turn: Turn, files: Files, cfg: BodyConfig, encoder: ImageEncoder,
+                  history: list[dict] | None = None) -> dict[str, Any]:
+    """The request body dict of a turn whose local files are resolved (``files``:
+    ``io.imageref.local_files``); ``history`` holds earlier messages of a multi_turn session."""
     # key order as AIPerf 0.13.0 sends it: messages, model, stream, max_completion_tokens,
     # --extra-inputs, the row's extra, and stream_options last (unless extras set it)
     body: dict[str, Any] = {}
     if cfg.endpoint_type == "completions":
         body["prompt"] = " ".join(turn.texts)
     else:
-        msg = {"role": turn.role or "user", "content": user_content(turn, encoder)}
+        msg = {"role": turn.role or "user", "content": resolved_content(turn, files, encoder)}
         body["messages"] = [*history, msg] if history else [msg]
     body["model"] = cfg.model
     body["stream"] = cfg.streaming
