@@ -23,14 +23,15 @@ from .metrics import (
     RECORD_METRICS,
     RECORDS_NAME,
     SCHEMA_VERSION,
+    LineGroup,
     Records,
     RecordTable,
     RequestRecord,
     as_table,
     error_summary,
+    line_blocks,
     metric_columns,
     phase_metrics,
-    py_values,
     response_ends,
     stats_block,
 )
@@ -195,7 +196,7 @@ def _json_each(col: np.ndarray) -> tuple[list[bytes], bytes]:
             marked[missing] = b"null"
             each = marked.tolist()
         return each, b"%s"
-    values = py_values(col)
+    values = col.tolist()
     if not values:
         return [], b"%s"
     if col.dtype != object:
@@ -214,48 +215,36 @@ def _metric_slot(tag: str, first: bool) -> bytes:
     return (b"" if first else b",") + head + orjson.dumps(RECORD_METRICS[tag][0]) + b"}"
 
 
-def _group_lines(part: RecordTable, metrics: dict[str, np.ndarray], tags: list[str]
-                 ) -> list[bytes]:
-    """The lines of rows that all have the metrics ``tags`` (and no other): one template with
-    those metrics' keys and units in it, filled with each row's values."""
-    cols, slots = zip(*(_json_each(part.cols[field]) for _, field in LINE_META))
+def _group_lines(group: LineGroup) -> list[bytes]:
+    """The lines of rows that all have the same metrics: one template with those metrics' keys
+    and units in it, filled with each row's values."""
+    cols, slots = zip(*(_json_each(group.cols[field]) for _, field in LINE_META))
     meta = b",".join(orjson.dumps(key) + b":" + slot for (key, _), slot in zip(LINE_META, slots))
-    cols += tuple(_json_each(metrics[tag])[0] for tag in tags)
-    cols += (_json_each(part.error)[0],)
+    cols += tuple(_json_each(v)[0] for v in group.metrics.values())
+    cols += (_json_each(group.cols["error"])[0],)
     template = (b'{"metadata":{' + meta + b'},"metrics":{'
-                + b"".join(_metric_slot(tag, i == 0) for i, tag in enumerate(tags))
+                + b"".join(_metric_slot(tag, i == 0) for i, tag in enumerate(group.metrics))
                 + b'},"error":%s}\n')
     return [template % row for row in zip(*cols)]
 
 
-def _chunk_lines(part: RecordTable) -> list[bytes]:
-    """The lines of ``part``'s rows in order: rows grouped by which metrics they have (few
-    groups: a success has them all, a failure only its image count), each group's lines from
-    its own template, put back in the rows' order."""
-    metrics = metric_columns(part)
-    tags = list(metrics)
-    has = np.zeros(len(part), np.int64)
-    for bit, v in enumerate(metrics.values()):
-        has |= (~np.isnan(v)).astype(np.int64) << bit
-    kinds = np.unique(has)
-    if kinds.size == 1:
-        return _group_lines(part, metrics, [t for b, t in enumerate(tags) if kinds[0] >> b & 1])
-    out = np.empty(len(part), object)
-    for kind in kinds.tolist():
-        rows = np.flatnonzero(has == kind)
-        out[rows] = _group_lines(part.take(rows), {k: v[rows] for k, v in metrics.items()},
-                                 [t for b, t in enumerate(tags) if kind >> b & 1])
+def _block_lines(size: int, groups: list[LineGroup]) -> list[bytes]:
+    """A block's lines in order: each group's from its own template, put back in place."""
+    if len(groups) == 1 and groups[0].rows is None:
+        return _group_lines(groups[0])
+    out = np.empty(size, object)
+    for group in groups:
+        out[group.rows] = _group_lines(group)
     return out.tolist()
 
 
 def record_lines(records: Records) -> Iterator[bytes]:
     """The ``records.jsonl`` lines of ``records`` (a list or a table), by start time (ties in
     the given order), in blocks of whole lines: the bytes of ``orjson.dumps(record_line(r))``
-    for each, written from whole columns through templates (no dict per line)."""
-    t = as_table(records)
-    order = np.argsort(t.start_ns, kind="stable")
-    for lo in range(0, len(order), _CHUNK):
-        lines = _chunk_lines(t.take(order[lo:lo + _CHUNK]))
+    for each, written from whole columns through templates (no dict per line); the blocks
+    and their groups are ``metrics.line_blocks``'."""
+    for size, groups in line_blocks(records, _CHUNK):
+        lines = _block_lines(size, groups)
         for i in range(0, len(lines), _WRITE_LINES):
             yield b"".join(lines[i:i + _WRITE_LINES])
 

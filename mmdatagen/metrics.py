@@ -211,6 +211,48 @@ def metric_columns(t: RecordTable) -> dict[str, np.ndarray]:
     }
 
 
+@dataclass(frozen=True)
+class LineGroup:
+    """Rows of one block of ``records.jsonl`` that have the same metrics: their fields
+    (``cols``, as a :class:`RecordTable`'s), their present metrics in :func:`metric_columns`'
+    order, and where in the block they stand (``rows``; None: the whole block)."""
+
+    cols: dict[str, np.ndarray]
+    metrics: dict[str, np.ndarray]
+    rows: np.ndarray | None = None
+
+
+def line_blocks(records: Records, block: int) -> Iterator[tuple[int, list[LineGroup]]]:
+    """``records`` (a list or a table) by start time (ties in the given order), ``block`` rows
+    at a time: each block's size and its rows grouped by which metrics they have (few groups:
+    a success has them all, a failure only its image count). What ``records.jsonl`` holds,
+    finished; the writer only serialises it."""
+    t = as_table(records)
+    order = np.argsort(t.start_ns, kind="stable")
+    for lo in range(0, len(order), block):
+        part = t.take(order[lo:lo + block])
+        yield len(part), _line_groups(part)
+
+
+def _line_groups(part: RecordTable) -> list[LineGroup]:
+    metrics = metric_columns(part)
+    tags = list(metrics)
+    has = np.zeros(len(part), np.int64)
+    for bit, v in enumerate(metrics.values()):
+        has |= (~np.isnan(v)).astype(np.int64) << bit
+    kinds = np.unique(has).tolist()
+    if len(kinds) == 1:
+        return [LineGroup(part.cols, {t: metrics[t] for b, t in enumerate(tags)
+                                      if kinds[0] >> b & 1})]
+    groups = []
+    for kind in kinds:
+        rows = np.flatnonzero(has == kind)
+        groups.append(LineGroup(part.take(rows).cols, {t: metrics[t][rows] for b, t
+                                                        in enumerate(tags) if kind >> b & 1},
+                                rows))
+    return groups
+
+
 def metric_rows(t: RecordTable) -> Iterator[dict[str, float]]:
     """Per row, its metric values as ``RequestRecord.values`` gives them (present ones only,
     in :func:`metric_columns`' order)."""
