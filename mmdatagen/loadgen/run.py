@@ -296,26 +296,26 @@ def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
     encoder = ImageEncoder(path.resolve().parent, max_bytes=run.image_cache_bytes)
     wrap = load.request_count is not None or load.benchmark_duration is not None
     shard = Shard(run.shard.shard_index, run.shard.num_shards)
+    seed = shard.seed(load.seed)
     source = SessionSource(lambda: iter_turns(path, fmt), fmt, wrap=wrap, seed=load.seed,
                            shard=(shard.index, shard.count))
     count = load.request_count
     if fmt == "random_pool" and count is None and load.benchmark_duration is None:
         count = len(source._pool or ())  # one draw per pool entry by default
-    sched = Scheduler(warmup=load.warmup_request_count, count=count, rate=load.request_rate,
-                      arrival=load.arrival, duration_s=load.benchmark_duration,
-                      seed=shard.seed(load.seed), burstiness=load.burstiness,
-                      ramp_to=load.ramp_to)
     headers = parse_headers(load.headers)
     if load.api_key:
         headers["Authorization"] = f"Bearer {load.api_key}"
     client, target = make_client(load.http_client, url, timeout_s=load.request_timeout,
                                  headers=headers, max_response_bytes=run.max_response_bytes)
+    endpoint = target.path_for(ENDPOINT_PATHS[load.endpoint_type])
     body_cfg = BodyConfig(model=load.model, endpoint_type=load.endpoint_type,
                           streaming=load.streaming,
                           extra_inputs=parse_extra_inputs(load.extra_inputs))
-    ctx = Context(client=client, path=target.path_for(ENDPOINT_PATHS[load.endpoint_type]),
-                  body_cfg=body_cfg, encoder=encoder, source=source, sched=sched,
-                  multi_turn=fmt == "multi_turn")
+    sched = Scheduler(warmup=load.warmup_request_count, count=count, rate=load.request_rate,
+                      arrival=load.arrival, duration_s=load.benchmark_duration, seed=seed,
+                      burstiness=load.burstiness, ramp_to=load.ramp_to)
+    ctx = Context(client=client, path=endpoint, body_cfg=body_cfg, encoder=encoder,
+                  source=source, sched=sched, multi_turn=fmt == "multi_turn")
     tracker, note = prediction_setup(run, encoder, run.simulator() if embedded else None)
     if tracker is not None:
         ctx.on_start = tracker.on_start
@@ -429,13 +429,10 @@ def _wall_span(records: list, wall_offset: int) -> tuple[int, int] | None:
             max((r.response_end_ns or r.start_ns) for r in records) + wall_offset)
 
 
-async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str, Any]:
-    """The export document of the run (records rescaled to simulated time when embedded)."""
-    run, records = s.run, s.ctx.records
-    prof_starts = [r.start_ns for r in records if r.phase == "profiling"]
-    span = _wall_span(records, d.wall_offset)
-    scale = run.load.time_scale if embedded else 1.0
-    to_simulated_time(records, scale)
+async def _predicted(s: _Session, url: str, records: list) -> dict | None:
+    """The cache prediction of the run: the tracker replayed in the order the server's
+    timeline, its log or the first tokens give."""
+    run = s.run
     timeline = None
     if s.tracker is not None:
         timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
@@ -449,14 +446,33 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
     if predicted is not None and run.shard.num_shards > 1 and "hits" in predicted:
         predicted["note"] = ("this worker's requests alone, from a cold cache; the server saw "
                              "every worker's: merge-runs predicts the whole benchmark")
-    export = build_export(records, input_config=run.public(),
-                          run_info=_run_info(s, url, d, embedded, scale),
+    return predicted
+
+
+async def _export(s: _Session, url: str, d: _Drive, embedded: bool
+                  ) -> tuple[dict[str, Any], dict[str, Iterable[bytes]] | None]:
+    """The export document of the run (records rescaled to simulated time when embedded) and
+    the extra files beside it (a sharded worker's cache items). What the loader knows of the
+    run (prediction, scrapes, the worker's cache items) is taken first, then the document is
+    built from it."""
+    run, records = s.run, s.ctx.records
+    prof_starts = [r.start_ns for r in records if r.phase == "profiling"]
+    span = _wall_span(records, d.wall_offset)
+    scale = run.load.time_scale if embedded else 1.0
+    to_simulated_time(records, scale)
+    predicted = await _predicted(s, url, records)
+    extra: dict[str, Iterable[bytes]] | None = None
+    if run.shard.num_shards > 1 and s.tracker is not None:
+        extra = {CACHE_ITEMS_NAME: cache_item_lines(s.tracker, records)}
+    counters = _target_metrics(s)
+    scraped = counter_delta(d.before, d.after, counters)
+    series = d.sampler.series(min(prof_starts) if prof_starts else None, scale)
+    info = _run_info(s, url, d, embedded, scale)
+    export = build_export(records, input_config=run.public(), run_info=info,
                           was_cancelled=d.cancelled or s.ctx.fatal is not None,
-                          wall_offset_ns=d.wall_offset, predicted=predicted,
-                          scraped=counter_delta(d.before, d.after, _target_metrics(s)),
+                          wall_offset_ns=d.wall_offset, predicted=predicted, scraped=scraped,
                           wall_span_ns=span)
-    export["server_metrics_timeseries"] = d.sampler.series(
-        min(prof_starts) if prof_starts else None, scale)
+    export["server_metrics_timeseries"] = series
     if run.slos:
         from .goodput import export_goodput
 
@@ -464,21 +480,17 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool) -> dict[str,
     from ..report.aggregate import run_aggregates
 
     export.update(run_aggregates(records))
-    return export
+    return export, extra
 
 
 async def _run_async(run: BenchRun, url: str, embedded: bool = False) -> BenchResult:
     s = _session(run, url, embedded)
-    sharded = run.shard.num_shards > 1
-    if sharded:
+    if run.shard.num_shards > 1:
         s.clock = await probe_clock(url)
     if run.shard.start_at is not None:
         await asyncio.sleep(seconds_to_start(run.shard.start_at))
     d = await _drive(s, url)
-    export = await _export(s, url, d, embedded)
-    extra: dict[str, Iterable[bytes]] | None = None
-    if sharded and s.tracker is not None:
-        extra = {CACHE_ITEMS_NAME: cache_item_lines(s.tracker, s.ctx.records)}
+    export, extra = await _export(s, url, d, embedded)
     out = Path(run.target.output_dir)
     paths = write_exports(out, s.ctx.records, export, extra)
     if s.ctx.fatal is not None:
