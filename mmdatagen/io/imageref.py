@@ -77,7 +77,7 @@ def local_files(turn: Turn, dataset_dir: Path | None) -> dict[str, str | Excepti
     URLs and http(s) URLs have no entry: they go out as they are."""
     files: dict[str, str | Exception] = {}
     for ref in (*turn.images, *turn.videos):
-        if ref and ref not in files and not ref.startswith("data:"):
+        if ref and not ref.startswith("data:") and ref not in files:
             try:
                 if parse_ref(ref).kind == "path":
                     files[ref] = str(resolve_path(ref, dataset_dir))
@@ -88,8 +88,8 @@ def local_files(turn: Turn, dataset_dir: Path | None) -> dict[str, str | Excepti
                     raise
                 files[ref] = exc
     for ref in turn.audios:
-        if (ref and ref not in files and not ref.startswith("data:") and "://" not in ref
-                and ref[:4].lower() not in INLINE_AUDIO):
+        if (ref and not ref.startswith("data:") and ref[:4].lower() not in INLINE_AUDIO
+                and "://" not in ref and ref not in files):
             files[ref] = str(resolve_path(ref, dataset_dir))
     return files
 
