@@ -51,6 +51,8 @@ class ImageEncoder:
 
     def needs_encoding(self, files: Files) -> bool:
         """True when a resolved file of a turn is not yet encoded (encode off the loop)."""
+        if not files:  # text, data URLs and http(s) URLs only
+            return False
         return any(isinstance(p, str) and p not in self._cache for p in files.values())
 
     def url(self, ref: str) -> str:

@@ -513,10 +513,10 @@ def run_bench(run: BenchRun) -> BenchResult:
     from ..io.atomic import output_lock, reading
 
     check_run(run)
-    if run.shard.num_shards > 1:
-        digest = settings_digest(run.public())  # the undivided benchmark's settings
+    if run.shard.num_shards > 1:  # this worker's share, and the benchmark it is part of
         share = shard_config(run.load, run.target.url,
                              Shard(run.shard.shard_index, run.shard.num_shards))
+        digest = settings_digest(run.public())  # the undivided benchmark's settings
         run = replace(run, load=share, shard_digest=digest)
     with reading([run.load.input_file]), output_lock(run.target.output_dir):  # one writer
         return _run_with_target(run)
