@@ -3,7 +3,10 @@ windows, replayed through the target's own cache model.
 
 Invariants: the exact search equals brute force; the stack bound contains it (so the exact
 replay in send order lies in every band); where no windows overlap the band is the exact replay,
-width 0. The distinct-size range sums behind the stack bound equal a naive count.
+width 0. The distinct-size range sums behind the stack bound equal a naive count. For vLLM's
+encoder cache and Dynamo's two tiers, the block search and the age search (past the exact one)
+contain brute force and the first-token engine's hits; the block search equals brute force on
+three requests; both are the replay without overlaps.
 """
 from __future__ import annotations
 
@@ -329,3 +332,83 @@ def test_fcfs_groups_order_what_the_send_times_leave_open():
     dense = fcfs_windows(np.zeros(100, np.int64), np.arange(100, dtype=np.int64) * 1000, None,
                          None, tie_ns=5_000)  # no steps apart: one group of everything
     assert dense.largest == 100 and len(set(dense.lo.tolist())) == 1
+
+
+# -- vLLM's encoder cache and Dynamo's two tiers past the exact search ---------------------------
+TIER_TARGETS = ("vllm-encoder", "dynamo-embedding", "dynamo-connector")
+
+
+def tier_bands(target, w: dict) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """The block search's and the age search's bands (no exact search before them)."""
+    from mmdatagen.loadgen.band import age_search, block_search
+
+    items, _ = items_of(target, w)
+    ev = _events(w["s"], w["f"], w["fin"])
+    gain = np.asarray(w["w"], np.float64)[None, :]
+    cache = factory(target, w["capacity"])()
+    blocks = block_search(ev, items, gain, cache)
+    ages = age_search(ev, items, gain, cache)
+    return (None if blocks is None else blocks[0]), (None if ages is None else ages[0][0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=workloads(max_requests=5), name=st.sampled_from(TIER_TARGETS))
+def test_tier_searches_contain_every_order(w, name):
+    """Both searches hold every consistent order's hits (the block search stands for the
+    orders within its blocks, the age search for every order its intervals allow)."""
+    target = get_target(name)
+    low, high, sent = brute_force(target, w)
+    blocks, ages = tier_bands(target, w)
+    assert blocks is not None and ages is not None
+    assert blocks[0] <= low <= high <= blocks[1], (blocks, low, high)
+    assert ages[0] <= low <= high <= ages[1], (ages, low, high)
+
+
+@settings(max_examples=150, deadline=None)
+@given(w=workloads(max_requests=3), name=st.sampled_from(TIER_TARGETS))
+def test_block_search_is_exact_for_a_few_requests(w, name):
+    """With a few requests the blocks lose nothing: the band is brute force's."""
+    target = get_target(name)
+    low, high, _ = brute_force(target, w)
+    blocks, _ = tier_bands(target, w)
+    assert blocks == (round(low), round(high))
+
+
+@settings(max_examples=100, deadline=None)
+@given(w=workloads(), name=st.sampled_from(TIER_TARGETS), gap=st.integers(1, 5))
+def test_tier_searches_width_zero_without_overlap(w, name, gap):
+    """Requests one at a time: both searches give the send-order replay."""
+    n = len(w["keys"])
+    w["s"] = np.arange(n, dtype=np.int64) * 20 * gap
+    w["f"] = w["s"] + 5
+    w["fin"] = w["s"] + 9
+    target = get_target(name)
+    _, _, sent = brute_force(target, w)
+    blocks, ages = tier_bands(target, w)
+    assert blocks == ages == (round(sent), round(sent))
+
+
+@settings(max_examples=200, deadline=None)
+@given(run=fcfs_runs(chunked=False), name=st.sampled_from(TIER_TARGETS))
+def test_tier_searches_contain_the_fcfs_engines_hits(run, name):
+    """First-token windows with releases in their first token's step (one-step prefills):
+    the engine's true order's hits lie in both searches' bands."""
+    target = get_target(name)
+    w = {"keys": run["keys"], "sizes": run["sizes"], "capacity": run["capacity"]}
+    items, _ = items_of(target, w)
+    cache, true_hits = factory(target, run["capacity"])(), 0
+    for _, _, kind, p in run["truth"]:
+        if kind == 0:
+            true_hits += sum(cache.lookup(p, items[p]))
+        else:
+            (cache.abort if run["fail"][p] else cache.finish)(p)
+    fw = _fcfs(run, later=True, at_first_token=True)
+    pos = np.argsort(fw.lo, kind="stable")
+    assert fw.later_lo is not None and fw.later_hi is not None
+    sub = {"keys": [run["keys"][p] for p in pos], "sizes": run["sizes"],
+           "capacity": run["capacity"], "s": fw.lo[pos], "f": fw.hi[pos],
+           "fin": fw.later_hi[pos], "w": np.ones(len(pos)),
+           "fail": [run["fail"][p] for p in pos]}
+    blocks, ages = tier_bands(target, sub)
+    assert blocks is not None and ages is not None
+    assert blocks[0] <= true_hits <= blocks[1] and ages[0] <= true_hits <= ages[1]

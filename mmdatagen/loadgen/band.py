@@ -12,7 +12,7 @@ The same machinery takes windows on another axis: ``fcfs_windows`` turns the fir
 first-come-first-served engine into windows on the axis of first-token times (groups of one
 engine step, ordered; moments known only in real time placed between groups), and the
 prediction's log order (``--server-log``) gives points. Any windows with the interval-order
-meaning above will do. Three methods, the first that applies:
+meaning above will do. Four methods, the first that applies:
 
 1. Exact search. The events are placed one at a time; a state is the set placed so far (a
    prefix of the send order plus a few open windows past it: at most the concurrency) and the
@@ -22,7 +22,35 @@ meaning above will do. Three methods, the first that applies:
    its work stays under ``SEARCH_BUDGET`` (moves between states, and ``APPLY_COST`` per cache
    step not remembered; it gives up at once when the pace so far says it would take twice
    that). Work, not seconds: the same run gives the same band on any machine.
-2. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
+2. For vLLM's encoder cache, alone (``FreeableCache``) or in front of Dynamo's connector
+   (``TieredCache``), the exact search gets an eighth of the budget; past it, two searches over
+   the same placed sets with smaller states. The blow-up they avoid: a step's requests are in any
+   order, so the freeable list (release order) and the connector's LRU (lookup order) hold every
+   order of each step, and exact states multiply by them.
+
+   a. Block search (``block_search``, a quarter of the budget). Each LRU (the freeable list,
+      whose entry goes when an allocation finds the pinned entries, those released after it and
+      itself over the budget; the connector's LRU by stack distance) is kept as blocks, the most
+      recent first; a block holds chains (one event's touches, in their order) in any order: the
+      events of one window share a block. A hit takes its entry out of its chain; an eviction
+      keeps, block by block, what fits, and of the first block that does not fit every part some
+      order of its chains keeps (whole chains, then the newest part of one: a block of its own,
+      older), each a state of its own (``_cuts``). Dead entries count by size; blocks older than
+      every live entry go. Pinned entries and held keys are exact. Every concrete order's state
+      is one of the states its placed set holds (any order within a block included), and every
+      state's hits are exact, so the band holds every order's hits; it is wider than the truth
+      only where a block stands for orders no placed set reached (property-tested against brute
+      force: equal on three requests).
+   b. Age bound (``age_search``, half the budget). One state per placed set and pinned
+      structure (``TIER_STATES`` before they are joined): each freeable and connector entry has
+      an interval of ages (age: the entry's size plus what would go before it; an allocation of
+      ``s`` evicts it iff age + ``s`` exceeds the budget); a touch adds its size to every entry it
+      may be older than (``_shift``), a join takes the union (an entry missing in one state may
+      be gone). A hit is certain when every age in the interval fits, possible when one does;
+      the lowest counts certain hits, the highest possible ones. Sound by induction over events
+      (each concrete state's ages lie in the intervals), loose where joins forget which of a
+      step's entries went together.
+3. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
    processor cache, touch-first included; SGLang's set-keyed cache with its flush on an
    oversize entry). LRU's stack property: an entry ``x`` last touched by request ``u`` is still
    there when request ``v`` starts iff the distinct entries touched since (the rest of ``u``,
@@ -35,9 +63,9 @@ meaning above will do. Three methods, the first that applies:
    visit; past ``GROUP_STATES`` states, each visit's worst and best predecessor).
    Keys are bounded one by one, so the sums can only widen: ``low`` is at most, and ``high`` at
    least, any consistent order's hits.
-3. Coarse bound, for the other targets past the search (FIFO, vLLM's encoder cache, Dynamo's
-   two tiers, entries present after encoding): no hit is certain; an item no other request may
-   have brought earlier is a certain miss.
+4. Coarse bound, for the other targets past the search (FIFO, entries present after encoding,
+   the two tiers past the age search): no hit is certain; an item no other request may have
+   brought earlier is a certain miss.
 """
 from __future__ import annotations
 
@@ -768,6 +796,560 @@ def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]
     return _Stepper(ev, items, fail, start)
 
 
+# -- vLLM's encoder cache and Dynamo's two tiers: a search over blocks ------------------------------
+Chain = tuple[tuple[Hashable, int], ...]  # one event's entries (key, size), oldest first
+Block = frozenset[tuple[Chain, int]]  # chains in any order, each with its multiplicity
+BLOCK_COST, MOVE_COST = 200, 4  # work units of a block step (not remembered) and of a move
+KEPT_BRANCHES = 2_000  # outcomes of one eviction (and 20 times the parts tried) before giving up
+DEAD = None  # the key of a dead entry (no unplaced lookup holds it: it counts by size)
+
+
+def _block(chains: Sequence[Chain]) -> Block:
+    counts: dict[Chain, int] = {}
+    for c in chains:
+        if c:
+            counts[c] = counts.get(c, 0) + 1
+    return frozenset(counts.items())
+
+
+def _chains(block: Block) -> list[Chain]:
+    """The block's chains, each as often as it occurs, in a fixed order."""
+    return sorted((c for c, n in block for _ in range(n)), key=repr)
+
+
+@dataclass(frozen=True)
+class _Lru:
+    """An LRU (by size) as blocks, the most recent first. A block holds chains (one event's
+    touches in their order) in any order: the events whose order is open share a block.
+    ``open_hi``: the latest window end among the first block's events (None: closed); an
+    event whose window opens after it starts a new block."""
+
+    blocks: tuple[Block, ...] = ()
+    open_hi: int | None = None
+
+    def find(self, key: Hashable) -> tuple[int, int] | None:
+        """(block, size) of ``key``, None when it is not there."""
+        for i, block in enumerate(self.blocks):
+            for chain, _ in block:
+                for k, sz in chain:
+                    if k == key:
+                        return i, sz
+        return None
+
+    def remove(self, i: int, key: Hashable) -> _Lru:
+        block = _block([tuple(e for e in c if e[0] != key) for c in _chains(self.blocks[i])])
+        keep = (block,) if block or i == 0 else ()
+        return _Lru(self.blocks[:i] + keep + self.blocks[i + 1:], self.open_hi)
+
+    def add(self, chain: Chain, lo: int, hi: int) -> _Lru:
+        """One event's touches (window ``[lo, hi]``), in their order: into the open block."""
+        if not chain:
+            return self
+        if self.open_hi is None or lo > self.open_hi or not self.blocks:
+            return _Lru((_block([chain]), *self.blocks), hi)
+        return _Lru((_block([*_chains(self.blocks[0]), chain]), *self.blocks[1:]),
+                    max(self.open_hi, hi))
+
+    def evict(self, room: int) -> list[_Lru] | None:
+        """Every state after evicting oldest first until the entries fit ``room``: blocks
+        while they fit, then what some order of the next block's chains keeps (chains whole,
+        then the newest part of one: a block of its own, older), nothing older. None past
+        ``KEPT_BRANCHES``."""
+        total = 0
+        for i, block in enumerate(self.blocks):
+            size = sum(n * sz for c, n in block for _, sz in c)
+            if total + size <= room:
+                total += size
+                continue
+            cuts = _cuts(_chains(block), room - total)
+            if cuts is None:
+                return None
+            out = []
+            for whole, part in cuts:
+                tail = tuple(b for b in (whole, part) if b)
+                out.append(_Lru(self.blocks[:i] + (tail or ((frozenset(),) if i == 0 else ())),
+                                self.open_hi))
+            return out
+        return [self]
+
+    def settle(self, last: dict[Hashable, int], first: int) -> _Lru:
+        """Entries no event from ``first`` on looks up become dead (``DEAD``, by size);
+        blocks older than every live entry go (evicted before any live one, they leave it as
+        it was)."""
+        out = list(self.blocks)
+        for i, block in enumerate(out):
+            if any(k is not DEAD and last.get(k, -1) < first for c, _ in block for k, _ in c):
+                out[i] = _block([tuple((k if k is DEAD or last.get(k, -1) >= first else DEAD,
+                                        sz) for k, sz in c) for c in _chains(block)])
+        while out and not any(k is not DEAD for c, _ in out[-1] for k, _ in c):
+            out.pop()
+        return _Lru(tuple(out), self.open_hi if out else None)
+
+
+def _cuts(block: list[Chain], room: int) -> list[tuple[Block, Block]] | None:
+    """What an eviction leaves of a block that does not fit ``room``: in some order of its
+    chains, the most recent chains while they fit (``whole``) and the newest part of the
+    next one that fits beside them (``part``, older than ``whole``); None past the limit."""
+    sizes = [sum(sz for _, sz in c) for c in block]
+    out: dict[tuple[Block, Block], None] = {}
+    tries = 0
+    for ci, chain in enumerate(block):
+        others = [j for j in range(len(block)) if j != ci]
+        stack: list[tuple[int, tuple[int, ...], int]] = [(0, (), 0)]
+        while stack:
+            tries += 1
+            if len(out) > KEPT_BRANCHES or tries > 20 * KEPT_BRANCHES:
+                return None
+            k, chosen, used = stack.pop()
+            if k < len(others):
+                stack.append((k + 1, chosen, used))
+                j = others[k]
+                if used + sizes[j] <= room:
+                    stack.append((k + 1, (*chosen, j), used + sizes[j]))
+                continue
+            keep, fill = len(chain), used
+            while keep and fill + chain[keep - 1][1] <= room:
+                fill += chain[keep - 1][1]
+                keep -= 1
+            if keep:  # the chain does not fit whole: it is the one cut
+                out[(_block([block[j] for j in chosen]), _block([chain[keep:]]))] = None
+    return list(out)
+
+
+Pinned = dict[Hashable, tuple[int, frozenset]]  # key -> (size, the requests pinning it)
+TierState = tuple[frozenset, frozenset, _Lru, _Lru]  # pinned, held keys per request, front, back
+
+
+class _BlockTiers:
+    """vLLM's encoder cache (alone, or in front of Dynamo's connector) as ``FreeableCache`` and
+    ``TieredCache`` run it, with ``_Lru`` blocks for the freeable list (a freeable entry goes
+    when an allocation finds the pinned entries, the entries released after it and itself over
+    the budget) and for the connector's LRU; the pinned entries and held keys exact. A lookup
+    or release gives every state the orders within the blocks allow."""
+
+    def __init__(self, cache: Any) -> None:
+        from ..caches.model import TieredCache
+
+        self.tiered = isinstance(cache, TieredCache)
+        self.front_cap = cache.front.capacity if self.tiered else cache.capacity
+        self.back_cap = cache.capacity if self.tiered else 0
+        self.bpt = cache.bytes_per_token if self.tiered else 1
+
+    def front(self, pinned: Pinned, held: tuple, free: _Lru, rid: Hashable, key: Hashable,
+              size: int) -> list[tuple[Pinned, tuple, _Lru, bool]]:
+        """The front's lookup of one item: each outcome (pinned, held, free, served)."""
+        if key in pinned:
+            sz, users = pinned[key]
+            return [({**pinned, key: (sz, users | {rid})}, (*held, key), free, True)]
+        found = free.find(key)
+        if found is not None:
+            return [({**pinned, key: (found[1], frozenset([rid]))}, (*held, key),
+                     free.remove(found[0], key), True)]
+        room = self.front_cap - size - sum(sz for sz, _ in pinned.values())
+        if room < 0:  # no room even with every freeable entry gone: computed, not kept
+            return [(pinned, held, free, False)]
+        outs = free.evict(room)
+        if outs is None:
+            raise _TooMany
+        return [({**pinned, key: (size, frozenset([rid]))}, (*held, key), f, False)
+                for f in outs]
+
+    def back_touch(self, back: _Lru, chain: Chain, key: Hashable, size: int
+                   ) -> list[tuple[_Lru, Chain, int]]:
+        """The connector's lookup of an item the front missed, ``chain`` the request's
+        touches so far (not yet in ``back``): each outcome (state, chain, hit)."""
+        if size > self.back_cap:  # never saved
+            return [(back, chain, 0)]
+        if any(k == key for k, _ in chain):
+            return [(back, (*(e for e in chain if e[0] != key), (key, size)), 1)]
+        found = back.find(key)
+        if found is not None:
+            return [(back.remove(found[0], key), (*chain, (key, size)), 1)]
+        room = self.back_cap - size
+        outs = (_Lru((_block([chain]), *back.blocks), back.open_hi) if chain else back).evict(room)
+        if outs is None:
+            raise _TooMany
+        if not chain:
+            return [(b, ((key, size),), 0) for b in outs]
+        return [_split_chain(b, chain, key, size) for b in outs]
+
+    def lookup(self, st: TierState, rid: Hashable, items: Sequence[tuple[Hashable, int]],
+               window: tuple[int, int]) -> list[tuple[TierState, int]]:
+        """Every outcome of a request's lookups: (state, hits)."""
+        pinned0, held0 = dict(st[0]), dict(st[1])
+        empty: Chain = ()
+        outs = [(pinned0, held0.get(rid, ()), st[2], st[3], empty, 0)]
+        for key, size in items:
+            tokens = -(-size // self.bpt) if self.tiered else size
+            nxt = []
+            for pinned, held, free, back, chain, hits in outs:
+                for p2, h2, f2, served in self.front(pinned, held, free, rid, key, tokens):
+                    if not self.tiered or served:
+                        nxt.append((p2, h2, f2, back, chain,
+                                    hits + (served and not self.tiered)))
+                        continue
+                    nxt += [(p2, h2, f2, b2, c2, hits + got)
+                            for b2, c2, got in self.back_touch(back, chain, key, size)]
+            outs = nxt
+        return [((frozenset(p.items()), frozenset({**held0, rid: h}.items()), f,
+                  b.add(c, *window)), hits) for p, h, f, b, c, hits in outs]
+
+    def release(self, st: TierState, rid: Hashable, window: tuple[int, int]) -> TierState:
+        """The request's entries released (input order, a repeat at its last occurrence):
+        one no other request pins joins the open block of the freeable list."""
+        pinned, held = dict(st[0]), dict(st[1])
+        chain: list[tuple[Hashable, int]] = []
+        for key in reversed(list(dict.fromkeys(reversed(held.pop(rid, ()))))):
+            entry = pinned.get(key)
+            if entry is None or rid not in entry[1]:
+                continue
+            if entry[1] - {rid}:
+                pinned[key] = (entry[0], entry[1] - {rid})
+                continue
+            del pinned[key]
+            chain.append((key, entry[0]))
+        return (frozenset(pinned.items()), frozenset(held.items()),
+                st[2].add(tuple(chain), *window), st[3])
+
+
+def _split_chain(back: _Lru, chain: Chain, key: Hashable, size: int
+                 ) -> tuple[_Lru, Chain, int]:
+    """After an eviction over the request's chain put in front (``evict``): the chain's kept
+    part back out of ``back``, ``key`` appended (a miss)."""
+    first = back.blocks[0] if back.blocks else frozenset()
+    kept = next((c for c, _ in first if c and chain[-len(c):] == c), ())
+    if first and kept and len(first) == 1:
+        back = _Lru(back.blocks[1:], back.open_hi)
+    return back, (*kept, (key, size)), 0
+
+
+class _TooMany(Exception):
+    """An eviction with more outcomes than the search takes."""
+
+
+def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+                 gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET
+                 ) -> list[tuple[int, int]] | None:
+    """Lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's connector)
+    over every order of ``ev`` (sorted by window low) consistent with the windows: the search
+    over placed sets of ``exact_search`` with ``_BlockTiers`` states. None past ``budget``
+    units of work or an eviction of too many outcomes."""
+    model, half = _BlockTiers(cache), gain.shape[0]
+    last = _last_lookup(ev, items)
+    cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
+    start: TierState = (frozenset(), frozenset(), _Lru(), _Lru())
+    layer: dict[tuple[int, frozenset[int]], dict[TierState, tuple[float, ...]]] = {
+        (0, frozenset()): {start: (0.0,) * (2 * half)}}
+    memo: dict[tuple[TierState, int, int], list[tuple[TierState, int]]] = {}
+    work = 0
+    try:
+        for _ in range(len(ev)):
+            nxt: dict[tuple[int, frozenset[int]], dict[TierState, tuple[float, ...]]] = {}
+            for (first, extra), states in layer.items():
+                for q in _ready(ev, first, extra):
+                    placed = _placed_after(first, extra, q)
+                    into = nxt.setdefault(placed, {})
+                    for st, val in states.items():
+                        outs = memo.get((st, q, placed[0]))
+                        if outs is None:
+                            outs = memo[(st, q, placed[0])] = _block_step(
+                                model, st, ev[q], items, last, placed[0])
+                            work += BLOCK_COST * len(outs)
+                        work += MOVE_COST * len(outs)
+                        for new, got in outs:
+                            _merge(into, new, val, got, cols[ev[q][3]])
+                if work > budget:
+                    return None
+            layer = nxt
+            if len(memo) > MEMO:
+                memo.clear()
+    except _TooMany:
+        return None
+    vals = [v for states in layer.values() for v in states.values()]
+    return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
+            for w in range(half)]
+
+
+def _block_step(model: _BlockTiers, st: TierState, event: Event,
+                items: Sequence[Sequence[tuple[Hashable, int]]], last: dict[Hashable, int],
+                first: int) -> list[tuple[TierState, int]]:
+    lo, hi, kind, p = event
+    outs = (model.lookup(st, p, items[p], (lo, hi)) if kind == 0
+            else [(model.release(st, p, (lo, hi)), 0)])
+    return [((a, b, f.settle(last, first), k.settle(last, first)), got)
+            for (a, b, f, k), got in outs]
+
+
+def _merge(into: dict, state: Hashable, val: tuple[float, ...], got: int,
+           worth: tuple[float, ...]) -> None:
+    half = len(worth)
+    if got:
+        val = tuple(v + got * g for v, g in zip(val, worth * 2))
+    cur = into.get(state)
+    into[state] = val if cur is None else (
+        tuple(map(min, cur[:half], val[:half])) + tuple(map(max, cur[half:], val[half:])))
+
+
+def _last_lookup(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]]
+                 ) -> dict[Hashable, int]:
+    """Per key: the last lookup event that holds it."""
+    last: dict[Hashable, int] = {}
+    for q, (_, _, kind, p) in enumerate(ev):
+        for key, _ in items[p] if kind == 0 else ():
+            last[key] = q
+    return last
+
+
+# -- past the block search: a search over entry ages (a bound) --------------------------------------
+AGE_INF = 1 << 62  # the highest age of an entry that may be gone
+TIER_STATES = 8  # age states kept per placed set and pinned structure before they are joined
+TIER_LAYER = 6_000  # age states of one layer before fewer are kept per placed set
+AGE_COST = 5  # work units per outcome and entry of an age step
+Ages = dict[Hashable, tuple[int, int, int]]  # key -> (size, lowest age, highest age)
+
+
+def _shift(ages: Ages, key: Hashable, ival: tuple[int, int] | None, size: int, cap: int
+           ) -> Ages:
+    """Every other entry's age after an LRU touch of ``key`` (its age ``ival``; None: absent,
+    older than all): an entry certainly more recent keeps its age, one certainly older (or
+    ``key`` absent) gains ``size``, else only its highest does. Past ``cap`` an entry may be
+    gone (highest ``AGE_INF``) or is (dropped)."""
+    c, d = ival if ival is not None else (AGE_INF, AGE_INF)
+    out: Ages = {}
+    for k, (sz, a, b) in ages.items():
+        if k == key:
+            continue
+        if d < a:  # key certainly more recent than k
+            out[k] = (sz, a, b)
+            continue
+        if c >= AGE_INF or c > b:  # key certainly older: k gains it in every state
+            a += size
+        b = AGE_INF if b >= AGE_INF or b + size > cap else b + size
+        if a <= cap:
+            out[k] = (sz, a, b)
+    return out
+
+
+def _join_ages(x: Ages, y: Ages) -> Ages:
+    """The union of two age maps (an entry missing from one may be gone)."""
+    out: Ages = {}
+    for k in x.keys() | y.keys():
+        p, q = x.get(k), y.get(k)
+        if p is None or q is None:
+            sz, a, _ = p or q  # type: ignore[misc]
+            out[k] = (sz, a, AGE_INF)
+        else:
+            out[k] = (p[0], min(p[1], q[1]), max(p[2], q[2]))
+    return out
+
+
+@dataclass
+class _Tiers:
+    """One state of vLLM's encoder cache (alone, or in front of Dynamo's connector) with
+    ages instead of orders. The pinned entries (key -> size, users) and each request's held
+    keys are exact. A freeable entry's age is its size plus every pinned entry's and every
+    entry released after it: it is evicted by an allocation of ``s`` iff age + ``s`` exceeds the
+    budget (oldest first), and an allocation fails iff ``s`` exceeds the budget less the pinned
+    sizes. The connector's entry's age is its size plus the distinct entries touched since
+    (LRU's stack distance). Ages are intervals: a state stands for every order whose ages lie
+    in them."""
+
+    pinned: dict[Hashable, tuple[int, frozenset]]
+    held: dict[Hashable, tuple]
+    free: Ages
+    back: Ages
+
+    def copy(self) -> _Tiers:
+        return _Tiers(dict(self.pinned), dict(self.held), self.free, self.back)
+
+    def pin(self, key: Hashable, size: int, rid: Hashable) -> None:
+        old = self.pinned.get(key)
+        self.pinned[key] = (size, frozenset([rid])) if old is None else (old[0], old[1] | {rid})
+        self.held[rid] = (*self.held.get(rid, ()), key)
+
+    def structure(self) -> Hashable:
+        return frozenset(self.pinned.items()), frozenset(self.held.items())
+
+    def ages(self) -> Hashable:
+        return frozenset(self.free.items()), frozenset(self.back.items())
+
+
+class _TierModel:
+    """The transitions of ``_Tiers`` as ``FreeableCache`` / ``TieredCache`` make them."""
+
+    def __init__(self, cache: Any) -> None:
+        from ..caches.model import TieredCache
+
+        self.tiered = isinstance(cache, TieredCache)
+        self.front_cap = cache.front.capacity if self.tiered else cache.capacity
+        self.back_cap = cache.capacity if self.tiered else 0
+        self.bpt = cache.bytes_per_token if self.tiered else 1
+
+    def front(self, st: _Tiers, rid: Hashable, key: Hashable, size: int
+              ) -> list[tuple[_Tiers, bool]]:
+        """The front's lookup of one item: each possible outcome (state, served)."""
+        cap = self.front_cap
+        if key in st.pinned:
+            n = st.copy()
+            n.pin(key, st.pinned[key][0], rid)
+            return [(n, True)]
+        out = []
+        ival = st.free.get(key)
+        if ival is not None and ival[1] <= cap:  # may be there: a hit, pinned again
+            n = st.copy()
+            n.free = _shift(st.free, key, (ival[1], min(ival[2], cap)), ival[0], cap)
+            n.pin(key, ival[0], rid)
+            out.append((n, True))
+        if ival is None or ival[2] > cap:  # may be gone: allocated, or not when it cannot fit
+            n = st.copy()
+            free = {k: v for k, v in st.free.items() if k != key}
+            if size <= cap - sum(sz for sz, _ in st.pinned.values()):
+                free = _shift(free, key, None, size, cap)
+                n.pin(key, size, rid)
+            n.free = free
+            out.append((n, False))
+        return out
+
+    def back_touch(self, st: _Tiers, key: Hashable, size: int) -> tuple[int, int]:
+        """The connector's lookup of an item the front missed: (certain, possible) hit."""
+        cap = self.back_cap
+        if size > cap:  # never saved
+            return 0, 0
+        ival = st.back.get(key)
+        got = (0, 0) if ival is None else (int(ival[2] <= cap), int(ival[1] <= cap))
+        back = _shift(st.back, key, None if ival is None else ival[1:], size, cap)
+        back[key] = (size, size, size)
+        st.back = back
+        return got
+
+    def lookup(self, st: _Tiers, rid: Hashable, items: Sequence[tuple[Hashable, int]]
+               ) -> list[tuple[_Tiers, int, int]]:
+        """Every outcome of a request's lookups: (state, certain hits, possible hits)."""
+        out = [(st, 0, 0)]
+        for key, size in items:
+            nxt = []
+            for cur, lo, hi in out:
+                tokens = -(-size // self.bpt) if self.tiered else size
+                for n, served in self.front(cur, rid, key, tokens):
+                    if not self.tiered:
+                        nxt.append((n, lo + served, hi + served))
+                    elif served:
+                        nxt.append((n, lo, hi))
+                    else:
+                        must, may = self.back_touch(n, key, size)
+                        nxt.append((n, lo + must, hi + may))
+            out = nxt
+        return out
+
+    def release(self, st: _Tiers, rid: Hashable) -> _Tiers:
+        """The request's entries released (input order, a repeat at its last occurrence):
+        one no other request pins becomes the most recent freeable entry."""
+        n = st.copy()
+        held = n.held.pop(rid, ())
+        total = sum(sz for sz, _ in n.pinned.values())
+        free = dict(n.free)
+        for key in reversed(list(dict.fromkeys(reversed(held)))):
+            entry = n.pinned.get(key)
+            if entry is None or rid not in entry[1]:
+                continue
+            if entry[1] - {rid}:
+                n.pinned[key] = (entry[0], entry[1] - {rid})
+                continue
+            del n.pinned[key]
+            total -= entry[0]
+            free[key] = (entry[0], entry[0] + total, entry[0] + total)
+        n.free = free
+        return n
+
+
+TierLayer = dict[tuple[int, frozenset[int]], dict[Hashable, dict[Hashable, Any]]]
+
+
+def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+                gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET
+                ) -> tuple[list[tuple[int, int]], bool] | None:
+    """Lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's connector)
+    over every order of ``ev``: the search over placed sets of ``exact_search`` with
+    ``_Tiers`` states (ages; dead entries dropped). Exact (True) while no two states of one
+    placed set and pinned structure had to be joined (past ``TIER_STATES``, fewer when a layer
+    holds over ``TIER_LAYER``); else a bound. None past ``budget`` units of work."""
+    model, half = _TierModel(cache), gain.shape[0]
+    last = _last_lookup(ev, items)
+    start = _Tiers({}, {}, {}, {})
+    layer: TierLayer = {(0, frozenset()): {start.structure(): {start.ages(): (
+        start, (0.0,) * (2 * half))}}}
+    work, joined = 0, False
+    for _ in range(len(ev)):
+        nxt: TierLayer = {}
+        for (first, extra), groups in layer.items():
+            for q in _ready(ev, first, extra):
+                placed = _placed_after(first, extra, q)
+                slot = nxt.setdefault(placed, {})
+                for states in groups.values():
+                    for st, val in states.values():
+                        work += _tier_step(model, st, val, ev[q], items, gain, last,
+                                           placed[0], slot)
+            if work > budget:
+                return None
+        joined |= _tier_trim(nxt)
+        layer = nxt
+    vals = [v for groups in layer.values() for states in groups.values()
+            for _, v in states.values()]
+    return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
+            for w in range(half)], not joined
+
+
+def _tier_step(model: _TierModel, st: _Tiers, val: tuple[float, ...], event: Event,
+               items: Sequence[Sequence[tuple[Hashable, int]]], gain: np.ndarray,
+               last: dict[Hashable, int], first: int,
+               slot: dict[Hashable, dict[Hashable, Any]]) -> int:
+    """One event after state ``st`` (hits so far ``val``), each outcome merged into ``slot``
+    with dead entries dropped; returns the work done."""
+    _, _, kind, p = event
+    half = gain.shape[0]
+    outs = model.lookup(st, p, items[p]) if kind == 0 else [(model.release(st, p), 0, 0)]
+    for n, lo, hi in outs:
+        n.free = {k: v for k, v in n.free.items() if last.get(k, -1) >= first}
+        n.back = {k: v for k, v in n.back.items() if last.get(k, -1) >= first}
+        new = tuple(val[w] + lo * float(gain[w, p]) for w in range(half)) + tuple(
+            val[half + w] + hi * float(gain[w, p]) for w in range(half))
+        states = slot.setdefault(n.structure(), {})
+        key = n.ages()
+        cur = states.get(key)
+        states[key] = (n, new) if cur is None else (cur[0], _widen(cur[1], new))
+    return AGE_COST * len(outs) * (1 + len(st.free) + len(st.back))
+
+
+def _widen(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+    half = len(a) // 2
+    return tuple(map(min, a[:half], b[:half])) + tuple(map(max, a[half:], b[half:]))
+
+
+def _tier_trim(layer: TierLayer) -> bool:
+    """Join the states of a placed set and pinned structure past the cap (all into one, in a
+    deterministic order); True when any were joined."""
+    total = sum(len(states) for groups in layer.values() for states in groups.values())
+    keep = max(1, min(TIER_STATES, TIER_LAYER * TIER_STATES // max(total, 1)))
+    joined = False
+    for groups in layer.values():
+        for struct, states in groups.items():
+            if len(states) <= keep:
+                continue
+            joined = True
+            merged: _Tiers | None = None
+            val: tuple[float, ...] = ()
+            for st, v in states.values():
+                if merged is None:
+                    merged, val = st.copy(), v
+                    continue
+                merged.free = _join_ages(merged.free, st.free)
+                merged.back = _join_ages(merged.back, st.back)
+                val = _widen(val, v)
+            assert merged is not None
+            groups[struct] = {merged.ages(): (merged, val)}
+    return joined
+
+
 # -- other targets past the search: the coarse bound ------------------------------------------------
 def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
             fin_lo: np.ndarray | None = None) -> list[Event]:
@@ -905,6 +1487,24 @@ def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[
 
 
 # -- entry point --------------------------------------------------------------------------------
+def _tier_band(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+               gain: np.ndarray, cache: Any, budget: int, known: bool) -> Band | None:
+    """vLLM's encoder cache (alone or before Dynamo's connector) past the exact search:
+    the block search (a quarter of the budget), else the age search (half of it)."""
+    blocks = block_search(ev, items, gain, cache, budget // 4)
+    if blocks is not None:
+        return Band(blocks, "block search", known)
+    ages = age_search(ev, items, gain, cache, budget // 2)
+    return None if ages is None else Band(ages[0], "age bound", known)
+
+
+def _tier_target(factory: Callable[[], Any]) -> bool:
+    """vLLM's encoder cache, alone or before Dynamo's connector: the age search applies."""
+    from ..caches.model import FreeableCache, TieredCache
+
+    return type(factory()) in (FreeableCache, TieredCache)
+
+
 def stack_target(target: Any) -> bool:
     """A single LRU whose entries are present from the lookup on: the stack method applies."""
     return target.front is None and target.eviction == "lru" and target.insert_on_lookup
@@ -926,18 +1526,29 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
     gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
     stack = stack_target(target)
     ev = _events(s, f, None if stack else fin, fin_lo)
-    found = exact_search(ev, items, gain, factory, fail or [False] * len(items), budget)
     known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
+    tiers = _tier_target(factory)
+    found = exact_search(ev, items, gain, factory, fail or [False] * len(items),
+                         budget // 8 if tiers else budget)
     if found is not None:
         return Band(found, "known order" if known else "exact search", known)
-    if stack and getattr(factory(), "stale_fault", False) and any(
+    band = _tier_band(ev, items, gain, factory(), budget, known) if tiers else None
+    if band is None and stack:
+        band = _stack_answer(target, items, unit, capacity, s, f, weights, factory)
+    return band or Band(coarse_band(items, unit.astype(int).tolist(), s, f, weights),
+                        "coarse bound", False)
+
+
+def _stack_answer(target: Any, items: list[list[tuple[Hashable, int]]], unit: np.ndarray,
+                  capacity: int, s: np.ndarray, f: np.ndarray, weights: Sequence[np.ndarray],
+                  factory: Callable[[], Any]) -> Band | None:
+    """The stack bound, unless a request may fail mid-walk (vLLM's mirror fault: its later
+    items never looked up)."""
+    if getattr(factory(), "stale_fault", False) and any(
             sum(sz for sz in dict(it).values() if sz <= capacity) > capacity for it in items):
-        stack = False  # a request may fail mid-walk (its later items never looked up)
-    if stack:
-        ids: dict[Hashable, int] = {}
-        seq = _Seq([[(ids.setdefault(k, len(ids)), int(sz)) for k, sz in it] for it in items],
-                   unit.astype(int).tolist(), s, f, int(capacity), target.touch_request_first,
-                   target.oversize == "flush")
-        return Band(stack_band(seq, weights), "stack bound", False)
-    return Band(coarse_band(items, unit.astype(int).tolist(), s, f, weights), "coarse bound",
-                False)
+        return None
+    ids: dict[Hashable, int] = {}
+    seq = _Seq([[(ids.setdefault(k, len(ids)), int(sz)) for k, sz in it] for it in items],
+               unit.astype(int).tolist(), s, f, int(capacity), target.touch_request_first,
+               target.oversize == "flush")
+    return Band(stack_band(seq, weights), "stack bound", False)
