@@ -338,8 +338,10 @@ def test_fcfs_groups_order_what_the_send_times_leave_open():
 TIER_TARGETS = ("vllm-encoder", "dynamo-embedding", "dynamo-connector")
 
 
-def tier_bands(target, w: dict) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-    """The block search's and the age search's bands (no exact search before them)."""
+def tier_bands(target, w: dict, keep: int = 1
+               ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """The block search's and the age search's bands (no exact search before them; the age
+    search keeps ``keep`` states per placed set: 1, every state joined, tests the joins)."""
     from mmdatagen.loadgen.band import age_search, block_search
 
     items, _ = items_of(target, w)
@@ -347,11 +349,11 @@ def tier_bands(target, w: dict) -> tuple[tuple[int, int] | None, tuple[int, int]
     gain = np.asarray(w["w"], np.float64)[None, :]
     cache = factory(target, w["capacity"])()
     blocks = block_search(ev, items, gain, cache)
-    ages = age_search(ev, items, gain, cache)
+    ages = age_search(ev, items, gain, cache, keep=keep)
     return (None if blocks is None else blocks[0]), (None if ages is None else ages[0][0])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(w=workloads(max_requests=5), name=st.sampled_from(TIER_TARGETS))
 def test_tier_searches_contain_every_order(w, name):
     """Both searches hold every consistent order's hits (the block search stands for the

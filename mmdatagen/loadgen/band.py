@@ -1266,8 +1266,8 @@ TierLayer = dict[tuple[int, frozenset[int]], dict[Hashable, dict[Hashable, Any]]
 
 
 def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
-                gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET
-                ) -> tuple[list[tuple[int, int]], bool] | None:
+                gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET,
+                keep: int = TIER_STATES) -> tuple[list[tuple[int, int]], bool] | None:
     """Lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's connector)
     over every order of ``ev``: the search over placed sets of ``exact_search`` with
     ``_Tiers`` states (ages; dead entries dropped). Exact (True) while no two states of one
@@ -1291,7 +1291,7 @@ def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
                                            placed[0], slot)
             if work > budget:
                 return None
-        joined |= _tier_trim(nxt)
+        joined |= _tier_trim(nxt, keep)
         layer = nxt
     vals = [v for groups in layer.values() for states in groups.values()
             for _, v in states.values()]
@@ -1325,11 +1325,12 @@ def _widen(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(map(min, a[:half], b[:half])) + tuple(map(max, a[half:], b[half:]))
 
 
-def _tier_trim(layer: TierLayer) -> bool:
-    """Join the states of a placed set and pinned structure past the cap (all into one, in a
-    deterministic order); True when any were joined."""
+def _tier_trim(layer: TierLayer, cap: int) -> bool:
+    """Join the states of a placed set and pinned structure past ``cap`` (fewer when the
+    layer holds over ``TIER_LAYER``; all into one, in a deterministic order); True when any
+    were joined."""
     total = sum(len(states) for groups in layer.values() for states in groups.values())
-    keep = max(1, min(TIER_STATES, TIER_LAYER * TIER_STATES // max(total, 1)))
+    keep = max(1, min(cap, TIER_LAYER * cap // max(total, 1)))
     joined = False
     for groups in layer.values():
         for struct, states in groups.items():
