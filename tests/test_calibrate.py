@@ -219,3 +219,17 @@ def test_the_engine_keeps_vllms_encoder_cache_beside_the_processor_cache():
     plain, kept = done[False], done[True]
     assert plain[1] == 3 and len(set(plain[0])) == 1  # encoded every time, same step
     assert kept[1] == 1 and kept[0][1:] == [kept[0][0] - 300.0] * 2  # 300 tokens at 1 ms
+
+
+def test_the_zero_delay_path_releases_vllms_encoder_cache_entries():
+    """``Engine.instant`` (no steps) releases a request's encoder entries as a step would, so
+    they can be evicted: x, y fill a two-entry cache, z evicts x, and z again is a hit (entries
+    left pinned would keep z out, and the second z would be encoded again)."""
+    from mmdatagen.sim.engine import Engine, SimImage, SimRequest
+    from mmdatagen.sim.profile import Profile
+
+    images = [SimImage(key=k, tokens=300, prompt_tokens=302, nbytes=1 << 20) for k in "xyzz"]
+    eng = Engine(Profile(cache="vllm-processor", encoder_cache=True, encoder_budget=600), 0.0)
+    for rid, img in enumerate(images):
+        eng.instant(SimRequest(rid, 10, [img], 1), 0.0)
+    assert eng.encoder.hits == 1 and eng.encoder.evictions == 1

@@ -339,6 +339,8 @@ class Engine:
         self._admit(req)
         self._encoded_step.clear()
         self._finish(req)
+        if self.encoder is not None:
+            self.encoder.finish(req.rid)  # its first token is now: its entries are released
         req.prefilled = req.prompt_tokens
         req.emitted = req.target_tokens
         req.first_token_t = req.end_t = now
