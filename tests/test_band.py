@@ -124,16 +124,23 @@ def test_exact_search_equals_brute_force(w, name):
     assert b.method in ("exact search", "known order")
 
 
-@settings(max_examples=100, deadline=None)
-@given(w=workloads(), name=st.sampled_from(ALL_TARGETS), gap=st.integers(1, 5))
-def test_width_zero_without_overlap(w, name, gap):
-    """Windows laid end to end (concurrency 1): the band is the send-order replay."""
+def _end_to_end(w: dict, name: str, gap: int):
+    """Lay the workload's windows end to end (one request at a time); the target and the
+    hits of the send-order replay."""
     n = len(w["keys"])
     w["s"] = np.arange(n, dtype=np.int64) * 20 * gap
     w["f"] = w["s"] + 5
     w["fin"] = w["s"] + 9
     target = get_target(name)
     _, _, sent = brute_force(target, w)
+    return target, sent
+
+
+@settings(max_examples=100, deadline=None)
+@given(w=workloads(), name=st.sampled_from(ALL_TARGETS), gap=st.integers(1, 5))
+def test_width_zero_without_overlap(w, name, gap):
+    """Windows laid end to end (concurrency 1): the band is the send-order replay."""
+    target, sent = _end_to_end(w, name, gap)
     b = band(target, w)
     assert b.known_order and b.bounds[0] == (round(sent), round(sent))
     if stack(target):
@@ -380,12 +387,7 @@ def test_block_search_is_exact_for_a_few_requests(w, name):
 @given(w=workloads(), name=st.sampled_from(TIER_TARGETS), gap=st.integers(1, 5))
 def test_tier_searches_width_zero_without_overlap(w, name, gap):
     """Requests one at a time: both searches give the send-order replay."""
-    n = len(w["keys"])
-    w["s"] = np.arange(n, dtype=np.int64) * 20 * gap
-    w["f"] = w["s"] + 5
-    w["fin"] = w["s"] + 9
-    target = get_target(name)
-    _, _, sent = brute_force(target, w)
+    target, sent = _end_to_end(w, name, gap)
     blocks, ages = tier_bands(target, w)
     assert blocks == ages == (round(sent), round(sent))
 

@@ -531,9 +531,8 @@ def report_lines(cal: Calibration) -> list[str]:
                                       for k, v in f.rows.items()))
     lines.append(f"{'run':32} {'hits':>6} {'TTFT p50 meas':>13} {'pred':>9} {'err':>7} "
                  f"{'req/s meas':>10} {'pred':>9} {'err':>7}")
-    for row in cal.residuals:
-        if not row["fitted"] and cal.residuals[0]["fitted"] and row is next(
-                r for r in cal.residuals if not r["fitted"]):
+    for i, row in enumerate(cal.residuals):
+        if i == len(cal.runs):  # the fitted runs come first, then the held-out ones
             lines.append("held out (not fitted):")
         meas, pred = row["measured"], row["predicted"] or {}
         cells = []
