@@ -26,7 +26,7 @@ demo: install
 
 # One server shared by the whole suite: no xdist. The engine venv and tiny model are cached under
 # ~/.cache/mmdatagen (MMDATAGEN_ENGINE_VENV / MMDATAGEN_ENGINE_CACHE move them).
-ENGINE_TESTS = $(BIN)/python -m pytest -p no:xdist tests/real_engine
+ENGINE_TESTS = $(BIN)/python -m pytest -p no:xdist --durations=12 tests/real_engine
 
 test: install-test
 	command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)  # report browser test

@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .setup_engine import SetupError, _run, build_locked, pip_sources
+from .setup_engine import SetupError, _run, build_locked, ensure_bytecode, pip_sources
 
 AIPERF_VERSION = "0.13.0"
 
@@ -56,4 +56,5 @@ def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
     """The AIPerf venv's python, building the venv first when needed."""
     venv = Path(venv) if venv is not None else default_venv()
     build_locked(venv, _ready, _build, "setup-aiperf", log)
+    ensure_bytecode(venv, log, "setup-aiperf")
     return venv / "bin" / "python"

@@ -64,6 +64,7 @@ def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
             install(venv, log)
             print(f"[setup-dynamo] Dynamo's connector installed in {venv} in "
                   f"{time.monotonic() - started:.0f} s", file=log, flush=True)
+    setup_engine.ensure_bytecode(venv, log, "setup-dynamo")  # the connector's packages too
     return py
 
 

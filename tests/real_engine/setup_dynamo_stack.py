@@ -86,6 +86,7 @@ def ensure(venv: Path | None = None, log=sys.stderr) -> Path:
     """The Dynamo venv's python, building the venv first when needed (under a file lock)."""
     venv = Path(venv) if venv is not None else default_venv()
     setup_engine.build_locked(venv, is_ready, build, "setup-dynamo", log)
+    setup_engine.ensure_bytecode(venv, log, "setup-dynamo")
     return setup_engine.venv_python(venv)
 
 
