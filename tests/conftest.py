@@ -1,6 +1,7 @@
 """Shared helpers for the test suite."""
 from __future__ import annotations
 
+import compileall
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,16 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+import mmdatagen
 from mmdatagen.cli import cli
+
+
+def pytest_sessionstart(session):
+    """Byte-compile the package once: the suite's environment may set PYTHONDONTWRITEBYTECODE,
+    and then every CLI subprocess compiled mmdatagen from source (measured: ``pool -n 5`` took
+    about 3 s instead of 1.6 s). Stale or missing files only; py_compile writes atomically, so
+    xdist workers doing this at once are harmless."""
+    compileall.compile_dir(Path(mmdatagen.__file__).parent, quiet=1)
 
 
 @pytest.fixture
