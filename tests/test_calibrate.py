@@ -233,3 +233,35 @@ def test_the_zero_delay_path_releases_vllms_encoder_cache_entries():
     for rid, img in enumerate(images):
         eng.instant(SimRequest(rid, 10, [img], 1), 0.0)
     assert eng.encoder.hits == 1 and eng.encoder.evictions == 1
+
+
+def test_session_runs_are_matched_to_their_dataset_turns(tmp_path):
+    """A sliding-window run (single_turn rows with a session_id, which carry no turn index of
+    their own) is read with its dataset: every record finds its turn, its turn index being the
+    row's order within its session, in the simulator's records as in the loader's. Before,
+    only each session's first row matched (calibrate refused the run as if its dataset were
+    missing), and the simulator wrote 0 for every turn of such a session."""
+    from mmdatagen.sim.calibrate_terms import run_turns
+
+    data, folder = tmp_path / "s.jsonl", tmp_path / "run"
+    code, out = _invoke("sliding-window", "--users", "3", "--turns", "4", "--window", "2",
+                        "--image-size", "224x224:1,640x480:1", "--text-tokens", "50",
+                        "--image-content", "solid", "-o", data, "--quiet")
+    assert code == 0, out
+    (tmp_path / "known.yaml").write_text(yaml.safe_dump(PROFILE))
+    code, out = _invoke("simulate", data, "--profile", tmp_path / "known.yaml", "--concurrency",
+                        2, "--cache-size", 4, "--output-dir", folder, "--quiet")
+    assert code == 0, out
+    run = cal.load_run(folder, "vllm-processor")
+    turns = run_turns(run, load_profile(str(tmp_path / "known.yaml")))
+    assert turns is not None and len(turns) == len(run.table) == 12
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for cid, idx, turn in zip(run.table.conversation_id.tolist(), run.table.turn_index.tolist(),
+                              turns):
+        assert turn.session == cid
+        mine = [r for r in rows if r["session_id"] == cid]
+        assert len(turn.images) == len(mine[idx]["images"])
+    for cid in set(run.table.conversation_id.tolist()):
+        mine = run.table.conversation_id == cid
+        assert sorted(run.table.turn_index[mine].tolist()) == [0, 1, 2, 3]
+    assert {t.turn_index for t in turns} == {0}  # the rows' own index: not what matches them

@@ -53,7 +53,13 @@ def run_turns(run, base: Profile) -> list | None:
     if dataset is None:
         return None
     turns = load_turns(dataset, replace(base, text_bytes_per_token=1.0))
-    by_key = {(t.session, t.turn_index): t for t in turns}
+    # the loader numbers a session's turns in the order it sends them, which is their order in
+    # the file (a single_turn row with a session_id carries no turn index of its own)
+    sent: dict = {}
+    by_key = {}
+    for t in turns:
+        sent[t.session] = sent.get(t.session, -1) + 1
+        by_key[(t.session, sent[t.session])] = t
     out = []
     for cid, idx in zip(run.table.conversation_id.tolist(), run.table.turn_index.tolist()):
         turn = by_key.get((cid, idx))

@@ -204,7 +204,7 @@ class _VirtualRun:
         sreq = SimRequest(self.rid, text, row.images,
                           self.policy.target(prof.natural_output_tokens, row.output_length),
                           arrival=due, tag=(slot.index, session_label(slot.session), row,
-                                            slot.phase))
+                                            slot.phase, slot.session.pos - 1))
         self.rid += 1
         heapq.heappush(self.arrivals, (self.eng.frontend_ready_at(sreq, due), sreq.rid, sreq))
 
@@ -240,11 +240,12 @@ class _VirtualRun:
     def _record(self, r: SimRequest) -> None:
         from ..metrics import RequestRecord
 
-        tag: tuple[int, str, SimTurn, str] = r.tag  # type: ignore[assignment]  # set by _send
-        _, label, row, ph = tag
+        # set by _send; the turn's index is its order in the session, as the loader numbers it
+        tag: tuple[int, str, SimTurn, str, int] = r.tag  # type: ignore[assignment]
+        _, label, row, ph, index = tag
         assert r.first_token_t is not None and r.end_t is not None  # a completed request
         self.records.append(RequestRecord(
-            conversation_id=label, turn_index=row.turn_index, phase=ph,
+            conversation_id=label, turn_index=index, phase=ph,
             start_ns=round(r.arrival * 1e6), first_token_ns=round(r.first_token_t * 1e6),
             end_ns=round(r.end_t * 1e6), output_tokens=r.emitted,
             input_tokens=r.prompt_tokens, num_images=len(row.images), error=None,
