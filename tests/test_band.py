@@ -375,12 +375,17 @@ def test_tier_searches_contain_every_order(w, name):
 
 @settings(max_examples=150, deadline=None)
 @given(w=workloads(max_requests=3), name=st.sampled_from(TIER_TARGETS))
-def test_block_search_is_exact_for_a_few_requests(w, name):
-    """With a few requests the blocks lose nothing: the band is brute force's."""
+def test_block_search_bounds_a_few_requests_and_is_exact_for_single_items(w, name):
+    """The block band contains brute force's. With one item per request it is brute force's;
+    with several it can be wider where requests overlap (found: 0..1 where every order gives 0,
+    the blocks not keeping which of a request's own items is the more recent)."""
     target = get_target(name)
     low, high, _ = brute_force(target, w)
     blocks, _ = tier_bands(target, w)
-    assert blocks == (round(low), round(high))
+    assert blocks is not None and blocks[0] <= low <= high <= blocks[1], (blocks, low, high)
+    single = {**w, "keys": [ks[:1] for ks in w["keys"]]}
+    low, high, _ = brute_force(target, single)
+    assert tier_bands(target, single)[0] == (round(low), round(high))
 
 
 @settings(max_examples=100, deadline=None)

@@ -1030,10 +1030,12 @@ class _TooMany(Exception):
 def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                  gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET
                  ) -> list[tuple[int, int]] | None:
-    """Lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's connector)
-    over every order of ``ev`` (sorted by window low) consistent with the windows: the search
-    over placed sets of ``exact_search`` with ``_BlockTiers`` states. None past ``budget``
-    units of work or an eviction of too many outcomes."""
+    """Bounds on the lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's
+    connector) over every order of ``ev`` (sorted by window low) consistent with the windows:
+    the search over placed sets of ``exact_search`` with ``_BlockTiers`` states. Exact when
+    each request looks up one item; with several, overlapping requests can widen the band a
+    little (tests: a band of 0..1 where every order gives 0). None past ``budget`` units of
+    work or an eviction of too many outcomes."""
     model, half = _BlockTiers(cache), gain.shape[0]
     last = _last_lookup(ev, items)
     cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
