@@ -6,6 +6,7 @@ Every import counts, also one inside a function (a lazy import is still a depend
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,6 +30,12 @@ FORBIDDEN = {
 CLI_EDGE = {"cli", "commands"}
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's syntax tree, parsed once for all the checks of a worker."""
+    return tuple(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
 def _unit(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
@@ -41,7 +48,7 @@ def _imports(path: Path) -> set[str]:
     if path.name == "__init__.py":
         here = here[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("mmdatagen"))
         elif isinstance(node, ast.ImportFrom):
@@ -101,6 +108,7 @@ def test_no_cycles_between_units():
     assert _cycles(GRAPH) == []
 
 
+@functools.cache
 def _package_graphs() -> dict[str, dict[str, set[str]]]:
     """Per package (``mmdatagen`` and each subpackage): which of its direct members (modules,
     subpackages, its own ``__init__``) import which, lazy imports included."""
@@ -147,8 +155,7 @@ def test_foundation_imports_only_foundation():
 def test_only_the_cli_edge_imports_click():
     users = set()
     for path in PACKAGE.rglob("*.py"):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(n == "click" or n.startswith("click.") for n in names):
@@ -160,7 +167,7 @@ def test_only_the_cli_edge_imports_click():
 def test_no_function_over_60_lines():
     long = []
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _nodes(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > 60:

@@ -360,7 +360,7 @@ def tier_bands(target, w: dict, keep: int = 1
     return (None if blocks is None else blocks[0]), (None if ages is None else ages[0][0])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(w=workloads(max_requests=5), name=st.sampled_from(TIER_TARGETS))
 def test_tier_searches_contain_every_order(w, name):
     """Both searches hold every consistent order's hits (the block search stands for the
