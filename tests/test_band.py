@@ -6,7 +6,8 @@ replay in send order lies in every band); where no windows overlap the band is t
 width 0. The distinct-size range sums behind the stack bound equal a naive count. For vLLM's
 encoder cache and Dynamo's two tiers, the block search and the age search (past the exact one)
 contain brute force and the first-token engine's hits; the block search equals brute force on
-three requests; both are the replay without overlaps.
+up to three requests of one item each; both are the replay without overlaps. Brute force skips
+draws of more than ``MAX_ORDERS`` orders.
 """
 from __future__ import annotations
 
