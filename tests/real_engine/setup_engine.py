@@ -216,24 +216,20 @@ def _bytecode_ready(venv: Path) -> bool:
         return False
 
 
-def ensure_bytecode(venv: Path, log, tag: str) -> None:
-    """Byte-compile the venv's packages once per content (see step 6), under the venv's lock.
+def _compile(venv: Path, log) -> None:
+    """compileall over site-packages, then the marker. Its exit status is not an error: a few
+    packages ship files that are not Python 3 (templates, test fixtures); they never import
+    and stay uncompiled."""
+    proc = subprocess.run([str(venv_python(venv)), "-m", "compileall", "-q", "-j", "0",
+                           str(_site_packages(venv_python(venv)))],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"byte-compiled {venv} (compileall exit {proc.returncode})", file=log, flush=True)
+    (venv / BYTECODE_MARKER).write_text(_stamps(venv))
 
-    compileall's exit status is not an error here: a few packages ship files that are not
-    Python 3 (templates, test fixtures); they never import and stay uncompiled."""
-    if _bytecode_ready(venv):
-        return
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _bytecode_ready(venv):
-            return
-        started = time.monotonic()
-        proc = subprocess.run([str(venv_python(venv)), "-m", "compileall", "-q", "-j", "0",
-                               str(_site_packages(venv_python(venv)))],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(f"[{tag}] byte-compiled {venv} in {time.monotonic() - started:.0f} s "
-              f"(compileall exit {proc.returncode})", file=log, flush=True)
-        (venv / BYTECODE_MARKER).write_text(_stamps(venv))
+
+def ensure_bytecode(venv: Path, log, tag: str) -> None:
+    """Byte-compile the venv's packages once per content (see step 6), under the venv's lock."""
+    build_locked(venv, _bytecode_ready, _compile, tag, log)
 
 
 def build_locked(venv: Path, ready, build_fn, tag: str, log=sys.stderr) -> None:
