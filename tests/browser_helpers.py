@@ -7,8 +7,11 @@ requested, and the result of a JavaScript expression.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -84,22 +87,57 @@ async def _inspect(port: int, url: str, expression: str, timeout: float) -> dict
             return {"errors": errors, "requested": requested, "value": value}
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop Chromium and every process it started (renderers, GPU, crashpad).
+
+    Chromium runs in its own session, so its process group holds all its helpers. Terminating
+    only the browser let a helper write into the profile directory while it was being removed
+    ("Directory not empty: 'Default'"). Wait until the whole group is gone.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if not _live_members(proc.pid):
+                return
+            time.sleep(0.05)
+    raise RuntimeError(f"chromium's process group {proc.pid} survived SIGKILL")
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies left to an idle init do not count)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            live.append(int(stat.parent.name))
+    return live
+
+
 def inspect_page(path: Path, expression: str, timeout: float = 60.0) -> dict:
     """Load ``path`` in headless Chromium; errors, requested URLs and ``expression``'s value."""
     exe = chromium_path()
     if exe is None:
         raise RuntimeError("chromium is not installed: `apt-get install -y chromium` "
                            "(make test does this on Debian)")
-    with tempfile.TemporaryDirectory(prefix="mmdatagen-chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="mmdatagen-chromium-") as profile, \
+            tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"
             deadline = time.monotonic() + timeout
             while not (port_file.exists() and port_file.read_text().strip()):
                 if proc.poll() is not None:
+                    err.seek(0)
                     raise RuntimeError("chromium exited: "
-                                       + proc.stderr.read().decode(errors="replace")[-500:])
+                                       + err.read().decode(errors="replace")[-500:])
                 if time.monotonic() > deadline:
                     raise RuntimeError("chromium did not open its DevTools port in time")
                 time.sleep(0.05)
@@ -107,9 +145,4 @@ def inspect_page(path: Path, expression: str, timeout: float = 60.0) -> dict:
             return asyncio.run(_inspect(port, Path(path).resolve().as_uri(), expression,
                                         timeout))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
