@@ -1,28 +1,27 @@
-"""The worker processes of a generation run and what runs in them: render, encode and write
-(or return inline) one image, video or audio item. Tasks are small and cheap to pickle; a
-render is a pure function of (style, seed, id, size), so where it runs never changes a byte.
+"""What runs in the worker processes of a generation run: render, encode and write (or return
+inline) one image, video or audio item. Tasks are small and cheap to pickle; a render is a pure
+function of (style, seed, id, size), so where it runs never changes a byte. The pool itself is
+``lifecycle.start_workers`` (re-exported here for the pipeline).
 """
 from __future__ import annotations
 
 import base64
 import contextlib
-import multiprocessing
 import os
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from types import TracebackType
-from typing import Literal
 
 import blake3
 
 from ..content.images import ImageFactory, ImageStyle
 from ..content.media import MediaTask, encode_item, inline_form
 from ..content.video import VideoStyle
-from ..errors import SpecError
 from ..io.manifest import AudioEntry, ImageEntry, MediaEntry, VideoEntry
-from ..lifecycle import child_setup
+from ..lifecycle import start_workers, stop_workers
+
+__all__ = ["ImageTask", "item_meta", "remove_temporaries", "render_image", "render_media",
+           "start_workers", "stop_workers"]
 
 
 @dataclass(frozen=True)
@@ -84,63 +83,6 @@ def remove_temporaries(folder: Path | None, run: str) -> None:
         for tmp in folder.glob(f".*.{run}.part"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
-
-
-class _Workers(ProcessPoolExecutor):
-    """A process pool whose ``with`` block, left by an exception (Ctrl-C, SIGTERM, a full
-    disk), cancels the queued images and kills the workers instead of waiting for them."""
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Literal[False]:
-        if exc_type is None:
-            self.shutdown(wait=True)
-        else:
-            stop_workers(self)
-        return False
-
-
-class _Threads(ThreadPoolExecutor):
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Literal[False]:
-        self.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
-        return False
-
-
-def stop_workers(executor: Executor) -> None:
-    """Stop now: cancel queued work and kill worker processes (they hold no state worth
-    keeping; their half-written files are temporaries the caller removes)."""
-    procs = list((getattr(executor, "_processes", None) or {}).values())
-    manager = getattr(executor, "_executor_manager_thread", None)  # shutdown forgets it
-    executor.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-        with contextlib.suppress(OSError, AttributeError, ValueError):
-            proc.kill()
-    for proc in procs:
-        with contextlib.suppress(OSError, AttributeError, ValueError, AssertionError):
-            proc.join(2)
-    # the pool's manager thread closes its wake-up pipe as it ends; an exit while it still
-    # runs races Python's own exit hook writing to that pipe (3.11: "Exception ignored ...
-    # Bad file descriptor" after the error line, 2 of 40 exits under load)
-    if manager is not None:
-        manager.join(2)
-
-
-def start_workers(workers: int = 0) -> Executor:
-    """Worker processes for image work (forked: nothing to re-import), threads where fork is
-    missing. Fork before starting threads of one's own (tokenizer loading does).
-
-    Workers die with this process even when it is SIGKILLed (``lifecycle.die_with_parent``)
-    and leave Ctrl-C and SIGTERM to it: it stops them (``stop_workers``) within a second.
-    """
-    if workers < 0:
-        raise SpecError("workers", "must be zero (all cores) or positive")
-    workers = workers or min(os.cpu_count() or 1, 8)
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return _Threads(workers)
-    pool = _Workers(workers, mp_context=multiprocessing.get_context("fork"),
-                    initializer=child_setup, initargs=(os.getpid(),))
-    pool.submit(int).result()  # launch the processes now
-    return pool
 
 
 def item_meta(task: MediaTask, data: bytes) -> MediaEntry:

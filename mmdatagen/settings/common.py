@@ -17,6 +17,10 @@ def quiet(help: str = "No progress bar, no summary.") -> Any:
     return option(False, "--quiet", help, short="-q", is_flag=True)
 
 
+def workers(help: str) -> Any:
+    return option(0, "--workers", f"{help} (0: all cores).", min=0, max=4096)
+
+
 def force() -> Any:
     return option(False, "--force", "Overwrite existing outputs.", short="-f", is_flag=True)
 

@@ -155,8 +155,7 @@ class Output:
                               max=1_000_000)
     num_shards: int = option(1, "--num-shards", "Split rows into contiguous shards; shards "
                              "concatenate to the full file.", min=1, max=1_000_000)
-    workers: int = option(0, "--workers", "Processes for image work (0: all cores).", min=0,
-                          max=4096)
+    workers: int = common.workers("Processes for image work")
     output_format: OutputFormat = option("jsonl", "--output-format", "hf: also a Hugging Face "
                                          "dataset <name>_hf/ (Image feature).",
                                          choices=("jsonl", "hf"))
