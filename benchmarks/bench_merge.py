@@ -143,24 +143,28 @@ def _child(argv: list[str]) -> None:
 
     code = cli.main(["merge-runs", *argv], prog_name="mmdatagen", standalone_mode=False)
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the merge's reader processes
     print(json.dumps({"rc": code or 0, "wall": time.perf_counter() - t0,
                       "cpu": time.process_time() - c0, "user_sys": usage.ru_utime
-                      + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024, "spent": spent}))
+                      + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024, "spent": spent,
+                      "children_cpu": kids.ru_utime + kids.ru_stime,
+                      "children_rss_mib": kids.ru_maxrss / 1024}))
 
 
-def measure(dirs: list[Path], out: Path) -> dict:
-    """One merge of ``dirs`` in a child process: its times, peak RSS and phases."""
+def measure(dirs: list[Path], out: Path, processes: int = 0) -> dict:
+    """One merge of ``dirs`` in a child process (``processes`` readers, 0: one per core): its
+    times, peak RSS and phases."""
     res = subprocess.run([sys.executable, __file__, "--child", *map(str, dirs), "--output-dir",
-                          str(out), "-q", "--no-report"], capture_output=True, text=True,
-                         timeout=3600)
+                          str(out), "-q", "--no-report", "--workers", str(processes)],
+                         capture_output=True, text=True, timeout=3600)
     if res.returncode:
         raise SystemExit(f"merge-runs failed: {res.stderr.strip()[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def part_merge(tmp: Path, records: int, with_items: bool) -> None:
-    """Print one line per merge (records alone; with cache items) against the goals, and
-    where its CPU went."""
+    """Print one line per merge (records alone; with cache items) against the goals, where
+    its CPU went, and (records alone) the same merge read by one process, for the ratio."""
     for items in (False, True) if with_items else (False,):
         t = time.perf_counter()
         dirs = fake_workers(tmp / f"items{int(items)}", records, 4, items)
@@ -170,10 +174,11 @@ def part_merge(tmp: Path, records: int, with_items: bool) -> None:
         size = sum((d / "records.jsonl").stat().st_size for d in dirs) / 1e9
         what = "with cache items (merged prediction)" if items else "records + exports"
         print(f"merge-runs, {records:,} records from 4 workers ({size:.2f} GB of records.jsonl,"
-              f" {what}): {res['wall']:.1f} s wall, {res['cpu']:.1f} s CPU, peak "
-              f"{res['rss_mib']:.0f} MiB (goals: <= 10 s: {res['wall'] / 10:.2f} of it, CPU "
-              f"{res['cpu'] / 10:.2f}; <= 1 GB: {res['rss_mib'] / 1024:.2f} of it); {load} -> "
-              f"{_load()} (inputs written in {made:.0f} s)")
+              f" {what}): {res['wall']:.1f} s wall, {res['cpu']:.1f} s CPU (+ "
+              f"{res['children_cpu']:.1f} s in its readers), peak {res['rss_mib']:.0f} MiB "
+              f"(largest reader {res['children_rss_mib']:.0f} MiB) (goals: <= 10 s: "
+              f"{res['wall'] / 10:.2f} of it; <= 1 GB: {res['rss_mib'] / 1024:.2f} of it); "
+              f"{load} -> {_load()} (inputs written in {made:.0f} s)")
         spent = res["spent"]
         own = spent.get("prediction (all)", 0.0) - sum(
             spent.get(k, 0.0) for k in ("prediction events", "prediction replay", "order band"))
@@ -183,6 +188,11 @@ def part_merge(tmp: Path, records: int, with_items: bool) -> None:
                                                                               0.0)))
         print("  CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in parts)
               + f"; other (start-up, imports, merge) {res['cpu'] - sum(v for _, v in parts):.2f}")
+        if not items:
+            one = measure(dirs, tmp / "merged-one", processes=1)
+            print(f"  read by one process (--workers 1): {one['wall']:.1f} s wall, peak "
+                  f"{one['rss_mib']:.0f} MiB; the pool's speed-up {one['wall'] / res['wall']:.2f}x"
+                  f" ({_load()})")
 
 
 def main() -> int:

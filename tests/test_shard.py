@@ -177,10 +177,11 @@ def test_a_plain_run_folder_and_a_past_start_are_refused(tmp_path):
     assert res.returncode == 2 and "--shard-index must be below" in res.stderr
 
 
-def test_merged_records_are_the_shifted_union_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_merged_records_are_the_shifted_union_byte_for_byte(tmp_path, processes):
     """merge-runs reads and writes whole columns: its records.jsonl is exactly the lines of
     every worker's records moved onto the server's clock, in start order (ties: shard order),
-    and its percentiles are those of that union."""
+    and its percentiles are those of that union; read in this process or in a pool of two."""
     import dataclasses
     import random
 
@@ -218,7 +219,7 @@ def test_merged_records_are_the_shifted_union_byte_for_byte(tmp_path):
             **{f: getattr(r, f) + by for f in ("first_token_ns", "end_ns", "response_end_ns")
                if getattr(r, f) is not None}) for r in sorted(recs, key=lambda r: r.start_ns)]
         dirs.append(d)
-    res = merge_runs(dirs, tmp_path / "merged")
+    res = merge_runs(dirs, tmp_path / "merged", processes=processes)
     ordered = sorted(expected, key=lambda r: r.start_ns)
     assert (tmp_path / "merged" / "records.jsonl").read_bytes() == b"".join(
         orjson.dumps(record_line(r)) + b"\n" for r in ordered)
@@ -246,4 +247,26 @@ def test_merge_runs_names_a_bad_cache_items_file(tmp_path, items, needle):
                      tmp_path / "out")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert needle in res.stderr and "w1/cache_items.jsonl" in res.stderr
+    assert not (tmp_path / "out" / "profile_export_mmdatagen.json").exists()
+
+
+def test_a_bad_records_line_read_in_the_pool_is_one_line(tmp_path):
+    """A worker's records are parsed in a pool process: its DatasetError still reaches the
+    user as one line naming the file and line, exit 2, nothing written."""
+    from mmdatagen.export import record_lines
+    from mmdatagen.metrics import RequestRecord
+
+    for k in range(2):
+        _fake_worker(tmp_path / f"w{k}", k, 2)
+        rec = RequestRecord(conversation_id="c", turn_index=0, phase="profiling", start_ns=5,
+                            first_token_ns=9, end_ns=20, output_tokens=3, input_tokens=10,
+                            num_images=0, error=None, image_hits=None, image_misses=None,
+                            server_ttft_ns=None, x_request_id="r")
+        (tmp_path / f"w{k}" / "records.jsonl").write_bytes(
+            b"".join(record_lines([rec])) + (b'{"metadata": [1]}\n' if k else b""))
+    res = _mmdatagen("merge-runs", tmp_path / "w0", tmp_path / "w1", "--workers", 2,
+                     "--output-dir", tmp_path / "out")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "w1/records.jsonl:2: not a records.jsonl line" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "profile_export_mmdatagen.json").exists()

@@ -46,7 +46,8 @@ def merge_runs(runs: tuple[str, ...], **values: Any) -> None:
     from ..loadgen.merge_runs import merge_runs as run_merge_runs
 
     out = make(MergeRunsOutput, values)
-    result = run_merge_runs([Path(r) for r in runs], Path(out.output_dir), out.force)
+    result = run_merge_runs([Path(r) for r in runs], Path(out.output_dir), out.force,
+                            out.workers)
     if not out.quiet:
         click.echo(console_table(result.export))
         click.echo(f"\nmerged {result.workers} workers, {len(result.records)} records: "
