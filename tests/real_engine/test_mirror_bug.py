@@ -11,10 +11,13 @@ preprocessing: its lookups up to the failing item are counted in ``vllm:mm_cache
 failing one a miss, not inserted), the items after it are never looked up, and the engine core
 never sees the request (no encoder run).
 
-Workload (the one that showed it): sliding-window sessions, 6 users x 5 turns, window 3,
-320x240 and 640x480 images mixed, ``--mm-processor-cache-gb 0.003`` (two 640x480 entries of
-1.84 MB do not fit together), concurrency 1 (bench then sends each session's turns in a row).
-A dedicated server: the shared one's cache (0.005 GiB) is another size.
+Workload: sliding-window sessions, 6 users x 5 turns, window 3, 320x240 and 800x600 images
+mixed, on the shared server (``--mm-processor-cache-gb 0.005``: two 800x600 entries do not fit
+together), concurrency 1 (bench then sends each session's turns in a row), ``--reset-cache``
+first (the shared server's caches hold earlier tests' images). It is the workload that showed
+the fault (320x240 and 640x480 under 0.003 GiB) scaled to the shared cache: the sender replay
+gives both the same 6 faults and 26 hits. After it the processor cache is reset again, so the
+mirrors it put out of step cannot reach a later test.
 
 Checked: the failed requests are exactly those an independent replay of the sender predicts;
 the engine's counters equal that replay's (hits and queries, the failed requests' partial
@@ -27,13 +30,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from .conftest import ARTIFACTS
-from .engine import RESULTS, TIMINGS, EngineError, VllmServer
+from .engine import RESULTS, SERVER, TIMINGS
 from .reference import (
     GIB,
     Item,
@@ -45,10 +48,8 @@ from .test_vllm_conformance import mmdatagen
 
 pytestmark = pytest.mark.real_engine
 
-CACHE_GB = 0.003
-SERVER = {"processor_cache_gb": CACHE_GB, "max_num_batched_tokens": 2048, "max_images": 3,
-          "max_videos": 0, "max_model_len": 4096}
-WORKLOAD = ["--users", "6", "--turns", "5", "--window", "3", "--image-size", "320x240:1,640x480:1",
+CACHE_GB = SERVER["processor_cache_gb"]
+WORKLOAD = ["--users", "6", "--turns", "5", "--window", "3", "--image-size", "320x240:1,800x600:1",
             "--seed", "7", "--text-tokens", "16", "--output-length", "2"]
 FAULT_MESSAGE = "Expected a cached item for mm_hash="
 BUG_NAME = "vLLM processor-cache mirror bug"
@@ -90,45 +91,34 @@ def sender_replay(requests: list[list[Item]], capacity: float) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def mirror_server(engine_python: Path, tiny_model: Path):
-    server = VllmServer(engine_python, tiny_model, ARTIFACTS / "vllm-mirror.log", **SERVER)
-    try:
-        server.start()
-    except EngineError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    TIMINGS["mirror-bug server start"] = server.start_seconds or 0.0
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def mirror_run(mirror_server, tiny_model: Path, tmp_path_factory) -> dict:
+def mirror_run(vllm_server, tiny_model: Path, tmp_path_factory) -> Iterator[dict]:
     """One bench run of the workload (console kept), with the engine's counters and log."""
     tmp = tmp_path_factory.mktemp("mirror")
     dataset, out = tmp / "data.jsonl", tmp / "bench"
     mmdatagen("sliding-window", *WORKLOAD, "--output", dataset, "--quiet", "--force")
-    before = mirror_server.mm_cache_counters()
-    offset = mirror_server.settled_offset()
+    before = vllm_server.mm_cache_counters()
+    offset = vllm_server.settled_offset()
     started = time.monotonic()
-    proc = mmdatagen("bench", "--input-file", dataset, "--url", mirror_server.url,
+    proc = mmdatagen("bench", "--input-file", dataset, "--url", vllm_server.url,
                      "--model", tiny_model, "--concurrency", 1, "--output-dir", out,
-                     "--cache", "vllm-processor", "--cache-size", CACHE_GB,
+                     "--cache", "vllm-processor", "--cache-size", CACHE_GB, "--reset-cache",
                      "--extra-inputs", "ignore_eos:true",
                      "--extra-inputs", "skip_special_tokens:false")
     TIMINGS["mirror-bug bench"] = time.monotonic() - started
-    end = mirror_server.settled_offset()
-    after = mirror_server.mm_cache_counters()
+    end = vllm_server.settled_offset()
+    after = vllm_server.mm_cache_counters()
     records = [orjson.loads(line) for line in (out / "records.jsonl").read_bytes().splitlines()]
     dispatched = requests_in_dispatch_order(dataset, records)
     replay = sender_replay([items for _, items in dispatched], CACHE_GB * GIB)
-    return {
+    yield {
         "stdout": proc.stdout,
         "export": orjson.loads((out / "profile_export_mmdatagen.json").read_bytes()),
         "records": records, "dispatched": dispatched, "replay": replay,
         "engine": {"hits": int(after["hits"] - before["hits"]),
                    "queries": int(after["queries"] - before["queries"])},
-        "encoder_runs": mirror_server.encoder_runs(offset, end)["encoder_inputs"],
+        "encoder_runs": vllm_server.encoder_runs(offset, end)["encoder_inputs"],
     }
+    assert vllm_server.post("/reset_mm_cache") == 200  # both mirrors empty again
 
 
 def test_engine_fails_exactly_where_the_sender_replay_says(mirror_run, tiny_model):
@@ -143,7 +133,7 @@ def test_engine_fails_exactly_where_the_sender_replay_says(mirror_run, tiny_mode
                                   SERVER["max_num_batched_tokens"],
                                   {"image": SERVER["max_images"], "video": SERVER["max_videos"]},
                                   SERVER["max_model_len"])
-    row = {"workload": "mirror bug: sliding-window 6x5, window 3, 320x240+640x480",
+    row = {"workload": "mirror bug: sliding-window 6x5, window 3, 320x240+800x600",
            "concurrency": 1, "processor_cache_bytes": int(CACHE_GB * GIB),
            "references": sum(len(items) for _, items in dispatched),
            "reference_hits": sum(r["hits"] for r in replay), "reference_hits_server_order": None,
