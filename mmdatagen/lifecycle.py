@@ -7,9 +7,9 @@
   instead of killing the process with a core dump.
 - Child processes (image workers, the embedded simulator) call :func:`die_with_parent`: the
   kernel signals them when their parent dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``).
-- :func:`start_workers` is the one process pool (image generation, reading and writing the
-  records of a merge): forked children set up that way, killed by :func:`stop_workers` when
-  the ``with`` block is left by an exception.
+- :func:`start_workers` is the one process pool (image generation, the record readers of
+  ``merge-runs``): forked children set up that way, killed by :func:`stop_workers` when the
+  ``with`` block is left by an exception.
 - :func:`describe_os_error` turns an environment failure (disk full, file too large,
   permission denied) into one sentence; the CLI prints it as ``error: ...`` with exit code 1.
 - :func:`outcome` is THE exit-code policy, for every command and the embedded simulator: 143
@@ -273,7 +273,7 @@ def silence_stdout() -> None:
 
 class _Workers(ProcessPoolExecutor):
     """A process pool whose ``with`` block, left by an exception (Ctrl-C, SIGTERM, a full
-    disk), cancels the queued images and kills the workers instead of waiting for them."""
+    disk), cancels the queued tasks and kills the workers instead of waiting for them."""
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
@@ -311,8 +311,8 @@ def stop_workers(executor: Executor) -> None:
 
 
 def start_workers(workers: int = 0) -> Executor:
-    """Worker processes (forked: nothing to re-import), threads where fork is
-    missing. Fork before starting threads of one's own (tokenizer loading does).
+    """Worker processes (forked: nothing to re-import), threads where fork is missing. Fork
+    before starting threads of one's own (tokenizer loading does).
 
     Workers die with this process even when it is SIGKILLed (``lifecycle.die_with_parent``)
     and leave Ctrl-C and SIGTERM to it: it stops them (``stop_workers``) within a second.
