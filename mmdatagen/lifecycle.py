@@ -310,6 +310,13 @@ def stop_workers(executor: Executor) -> None:
         manager.join(2)
 
 
+def pool_size(workers: int = 0) -> int:
+    """The processes ``workers`` asks for: 0 is one per core (at most 8)."""
+    if workers < 0:
+        raise SpecError("workers", "must be zero (all cores) or positive")
+    return workers or min(os.cpu_count() or 1, 8)
+
+
 def start_workers(workers: int = 0) -> Executor:
     """Worker processes (forked: nothing to re-import), threads where fork is missing. Fork
     before starting threads of one's own (tokenizer loading does).
@@ -317,9 +324,7 @@ def start_workers(workers: int = 0) -> Executor:
     Workers die with this process even when it is SIGKILLed (``lifecycle.die_with_parent``)
     and leave Ctrl-C and SIGTERM to it: it stops them (``stop_workers``) within a second.
     """
-    if workers < 0:
-        raise SpecError("workers", "must be zero (all cores) or positive")
-    workers = workers or min(os.cpu_count() or 1, 8)
+    workers = pool_size(workers)
     if "fork" not in multiprocessing.get_all_start_methods():
         return _Threads(workers)
     pool = _Workers(workers, mp_context=multiprocessing.get_context("fork"),

@@ -16,7 +16,6 @@ joined into one export of the usual shape, as if one process had run it.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +185,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     workers' records (0: one per core, at most one per worker)."""
     from ..export import write_exports
     from ..io.atomic import check_not_input, check_target
-    from ..lifecycle import start_workers
+    from ..lifecycle import pool_size, start_workers
 
     if not dirs:
         raise SpecError("runs", "needs the worker folders to merge")
@@ -197,7 +196,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
                     [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
     bases = np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1]
-    n = min(processes or os.cpu_count() or 1, len(workers))
+    n = min(pool_size(processes), len(workers))
     with start_workers(n) if n > 1 else contextlib.nullcontext() as pool:
         tables = (pool.map if pool else map)(_table, workers, map(int, bases))
         table = RecordTable.concat(list(tables))
