@@ -16,7 +16,7 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from mmdatagen.caches import get_target, make_cache
-from mmdatagen.loadgen.band import RangeSums, _events, known_order, order_band
+from mmdatagen.loadgen.band import METHODS, RangeSums, _events, known_order, order_band
 
 STACK_TARGETS = ("vllm-processor", "sglang-vlm")
 ALL_TARGETS = ("vllm-processor", "sglang-vlm", "vllm-processor-shm", "vllm-encoder",
@@ -179,6 +179,22 @@ def test_coarse_bound_contains_every_order(w, name):
     low, high, _ = brute_force(target, w)
     lo, hi = band(target, w, budget=0).bounds[0]
     assert lo <= low <= high <= hi
+
+
+@settings(max_examples=80, deadline=None)
+@given(w=workloads(max_requests=4), name=st.sampled_from(ALL_TARGETS),
+       after=st.sampled_from(METHODS))
+def test_a_band_after_a_method_skips_the_searches_before_it(w, name, after):
+    """bench's band for any scheduler starts where the first-come band ended (``after``): the
+    methods before it are not tried (unless the order is known), and the band still holds
+    every order."""
+    target = get_target(name)
+    low, high, _ = brute_force(target, w)
+    b = band(target, w, after=after)
+    lo, hi = b.bounds[0]
+    assert lo <= low <= high <= hi
+    if b.method != "known order":
+        assert METHODS.index(b.method) >= METHODS.index(after), (b.method, after)
 
 
 def test_one_new_image_in_two_overlapping_requests_is_one_hit():

@@ -21,7 +21,9 @@ meaning above will do. Four methods, the first that applies:
    no windows overlap there is one state per step (width 0, the exact replay). It runs while
    its work stays under ``SEARCH_BUDGET`` (moves between states, and ``APPLY_COST`` per cache
    step not remembered; it gives up at once when the pace so far says it would take twice
-   that). Work, not seconds: the same run gives the same band on any machine.
+   that; ``hopeless``, checked by every search). Work, not seconds: the same run gives the
+   same band on any machine. A second band over more orders of the same requests (bench's
+   ``any_order`` beside the first-come one) skips the searches that band ran out of (``after``).
 2. For vLLM's encoder cache, alone (``FreeableCache``) or in front of Dynamo's connector
    (``TieredCache``), the exact search gets an eighth of the budget; past it, two searches over
    the same placed sets with smaller states. The blow-up they avoid: a step's requests are in any
@@ -555,6 +557,13 @@ COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
 Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
 
 
+def hopeless(work: int, step: int, events: int, budget: int) -> bool:
+    """Whether a search that did ``work`` units over its first ``step + 1`` of ``events``
+    steps would, at that pace, take over twice its ``budget``: it gives up at once, and the
+    next method answers (every search checks this after each step; work, not seconds)."""
+    return work + work / (step + 1) * (events - step - 1) > 2 * budget
+
+
 def _ready(ev: Sequence[Event], first: int, extra: frozenset[int]) -> list[int]:
     """Events that may come next after ``0..first-1`` and ``extra``: not placed, every event
     whose window closed before theirs opened placed, and a later moment after its lookup."""
@@ -612,9 +621,8 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
             if moves + APPLY_COST * step_of.applied > budget:
                 return None
         layer = nxt
-        spent = moves + APPLY_COST * step_of.applied
-        if spent + spent / (step + 1) * (len(ev) - step - 1) > 2 * budget:
-            return None  # hopeless at the pace so far: the bounds answer at once
+        if hopeless(moves + APPLY_COST * step_of.applied, step, len(ev), budget):
+            return None
         if len(step_of.states) > MEMO:
             layer = step_of.compact(layer)
     vals = [v for states in layer.values() for v in states.values()]
@@ -1045,7 +1053,7 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     memo: dict[tuple[TierState, int, int], list[tuple[TierState, int]]] = {}
     work = 0
     try:
-        for _ in range(len(ev)):
+        for step in range(len(ev)):
             nxt: dict[tuple[int, frozenset[int]], dict[TierState, tuple[float, ...]]] = {}
             for (first, extra), states in layer.items():
                 for q in _ready(ev, first, extra):
@@ -1063,6 +1071,8 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
                 if work > budget:
                     return None
             layer = nxt
+            if hopeless(work, step, len(ev), budget):
+                return None
             if len(memo) > MEMO:
                 memo.clear()
     except _TooMany:
@@ -1281,7 +1291,7 @@ def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
     layer: TierLayer = {(0, frozenset()): {start.structure(): {start.ages(): (
         start, (0.0,) * (2 * half))}}}
     work, joined = 0, False
-    for _ in range(len(ev)):
+    for step in range(len(ev)):
         nxt: TierLayer = {}
         for (first, extra), groups in layer.items():
             for q in _ready(ev, first, extra):
@@ -1295,6 +1305,8 @@ def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
                 return None
         joined |= _tier_trim(nxt, keep)
         layer = nxt
+        if hopeless(work, step, len(ev), budget):
+            return None
     vals = [v for groups in layer.values() for states in groups.values()
             for _, v in states.values()]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
@@ -1490,13 +1502,23 @@ def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[
 
 
 # -- entry point --------------------------------------------------------------------------------
+# the methods in the order they are tried (a target tries those that apply to it)
+METHODS = ("known order", "exact search", "block search", "age bound", "stack bound",
+           "coarse bound")
+
+
 def _tier_band(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
-               gain: np.ndarray, cache: Any, budget: int, known: bool) -> Band | None:
+               gain: np.ndarray, cache: Any, budget: int, known: bool,
+               start: int = 0) -> Band | None:
     """vLLM's encoder cache (alone or before Dynamo's connector) past the exact search:
-    the block search (a quarter of the budget), else the age search (half of it)."""
-    blocks = block_search(ev, items, gain, cache, budget // 4)
-    if blocks is not None:
-        return Band(blocks, "block search", known)
+    the block search (a quarter of the budget), else the age search (half of it); those
+    before ``METHODS[start]`` skipped."""
+    if start <= METHODS.index("block search"):
+        blocks = block_search(ev, items, gain, cache, budget // 4)
+        if blocks is not None:
+            return Band(blocks, "block search", known)
+    if start > METHODS.index("age bound"):
+        return None
     ages = age_search(ev, items, gain, cache, budget // 2)
     return None if ages is None else Band(ages[0], "age bound", known)
 
@@ -1517,13 +1539,15 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
                capacity: int, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
                weights: Sequence[np.ndarray], factory: Callable[[], Any],
                fail: Sequence[bool] | None = None, budget: int = SEARCH_BUDGET,
-               fin_lo: np.ndarray | None = None) -> Band:
+               fin_lo: np.ndarray | None = None, after: str | None = None) -> Band:
     """The band over every arrival order consistent with the windows ``[s, f]`` (send
     positions, ``s`` ascending), one (low, high) per weight vector (a weight per position).
     ``factory`` makes the target's empty cache; ``fin``: the latest times of a target's later
     moments (entries released or present), ``fail``: positions whose request failed before it
     (its entries are released, nothing becomes present); ``fin_lo``: the later moments' earliest
-    times (default ``s``)."""
+    times (default ``s``). ``after``: the method a band over fewer orders of the same requests
+    took (the first-come-first-served band, for the band over any order): the searches that
+    ran out of budget there are not tried, as more orders only make them larger."""
     set_entry = target.entry == "embedding-set"
     unit = np.array([max(1, n) if set_entry else 1 for n in images], np.float64)
     gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
@@ -1531,12 +1555,14 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
     ev = _events(s, f, None if stack else fin, fin_lo)
     known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
     tiers = _tier_target(factory)
+    start = METHODS.index(after) if after in METHODS else 0
     found = exact_search(ev, items, gain, factory, fail or [False] * len(items),
-                         budget // 8 if tiers else budget)
+                         budget // 8 if tiers else budget
+                         ) if known or start <= METHODS.index("exact search") else None
     if found is not None:
         return Band(found, "known order" if known else "exact search", known)
-    band = _tier_band(ev, items, gain, factory(), budget, known) if tiers else None
-    if band is None and stack:
+    band = _tier_band(ev, items, gain, factory(), budget, known, start) if tiers else None
+    if band is None and stack and start <= METHODS.index("stack bound"):
         band = _stack_answer(target, items, unit, capacity, s, f, weights, factory)
     return band or Band(coarse_band(items, unit.astype(int).tolist(), s, f, weights),
                         "coarse bound", False)
