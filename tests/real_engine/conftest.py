@@ -20,12 +20,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from . import setup_engine
-from .engine import CALIBRATION, RESULTS, SERVER, TIMINGS, EngineError, VllmServer
+from . import servers, setup_engine
+from .engine import CALIBRATION, RESULTS, SERVER, TIMINGS, VllmServer
 
 HERE = Path(__file__).resolve().parent
 
@@ -134,15 +135,29 @@ def tiny_model(engine_python: Path) -> Path:
 ARTIFACTS = HERE.parent.parent / "artifacts" / "real-engine"  # git-ignored
 
 
+def _shared_server(python: Path, model: Path) -> VllmServer:
+    return VllmServer(python, model, ARTIFACTS / "vllm.log", **SERVER)
+
+
+servers.register("vllm_server", setup_engine.ensure, _shared_server)
+
+
 @pytest.fixture(scope="session")
-def vllm_server(engine_python: Path, tiny_model: Path) -> VllmServer:
-    log = ARTIFACTS / "vllm.log"
-    server = VllmServer(engine_python, tiny_model, log, **SERVER)
+def started(request: pytest.FixtureRequest, engine_python: Path,
+            tiny_model: Path) -> Iterator[servers.Started]:
+    """Every server some collected test needs (``servers.register``), started together when
+    the first of them is asked for; each is stopped by its fixture, or at the session's end."""
+    wanted = {n for item in request.session.items for n in getattr(item, "fixturenames", ())}
+    group = servers.start_all(wanted & servers.KINDS.keys(), tiny_model)
     try:
-        server.start()
-    except EngineError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        yield group
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(started: servers.Started) -> VllmServer:
+    server = started.get("vllm_server")
     TIMINGS["server start"] = server.start_seconds or 0.0
-    print(f"\nvLLM on {server.url}, log {log}", file=sys.stderr)
-    yield server
-    server.stop()
+    print(f"\nvLLM on {server.url}, log {server.log_path}", file=sys.stderr)
+    return server

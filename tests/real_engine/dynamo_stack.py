@@ -83,8 +83,10 @@ class DynamoStack:
     """One worker and one frontend, their logs in ``log_dir``."""
 
     def __init__(self, python: Path, model: Path, log_dir: Path, *, capacity_gb: float,
-                 max_num_batched_tokens: int, max_images: int, max_model_len: int = 4096) -> None:
+                 max_num_batched_tokens: int, max_images: int, max_model_len: int = 4096,
+                 env: dict[str, str] | None = None) -> None:
         self.python = Path(python)
+        self.extra_env = dict(env or {})  # the processes' environment beyond the stack's own
         self.model = Path(model)
         self.capacity_gb = capacity_gb
         self.worker = ServerLog(Path(log_dir) / "dynamo-worker.log")
@@ -111,11 +113,14 @@ class DynamoStack:
         # (name, process, its watchdog, its log), in start order
         self._procs: list[tuple[str, subprocess.Popen, subprocess.Popen, ServerLog]] = []
         self._state: str | None = None  # the stack's own folder (discovery, Prometheus files)
+        self._stages: list[tuple] = []
+        self._stage_started = 0.0
         self.start_seconds: dict[str, float] = {}
 
     def _env(self) -> dict[str, str]:
         assert self._state is not None
-        env = {**os.environ, **OFFLINE_ENV, **{k: "127.0.0.1" for k in LOOPBACK_HOSTS}}
+        env = {**os.environ, **OFFLINE_ENV, **self.extra_env,
+               **{k: "127.0.0.1" for k in LOOPBACK_HOSTS}}
         env.update(DYN_FILE_KV=os.path.join(self._state, "kv"),
                    PROMETHEUS_MULTIPROC_DIR=os.path.join(self._state, "prometheus"),
                    DYN_SYSTEM_PORT=str(self.system_port),  # (DYN_SYSTEM_ENABLED: deprecated)
@@ -126,43 +131,65 @@ class DynamoStack:
         return env
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self, timeout: float = 400.0) -> DynamoStack:
-        """Worker, then frontend; raises EngineError (after stopping what started) on failure."""
+    def begin(self, timeout: float = 400.0) -> None:
+        """Launch the broker; ``step`` launches the worker once the broker is ready, then the
+        frontend once the worker is (several servers start together this way)."""
         self._state = tempfile.mkdtemp(prefix="mmdatagen-dynamo-")
         for sub in ("kv", "prometheus"):
             os.mkdir(os.path.join(self._state, sub))
         env = self._env()
+        front_env = {k: v for k, v in env.items() if k != "DYN_SYSTEM_PORT"}
+        # (name, command, environment, log, ready, timeout), in start order
+        self._stages = [
+            ("ZMQ broker", [str(self.python), "-c", BROKER, *map(str, self.broker_ports)],
+             env, self.broker, self._broker_ready, 60.0),
+            ("worker", [str(self.python), "-m", "dynamo.vllm", *self.worker_args],
+             env, self.worker, self._worker_ready, timeout),
+            ("frontend", [str(self.python), "-m", "dynamo.frontend", *self.frontend_args],
+             front_env, self.frontend, self._lists_model, timeout)]
+        self._launch_next()
+
+    def _launch_next(self) -> None:
+        name, cmd, env, log, _, _ = self._stages[len(self._procs)]
+        self._stage_started = time.monotonic()
+        proc, watchdog = launch(cmd, env, log.log_path)
+        self._procs.append((name, proc, watchdog, log))
+
+    def step(self) -> bool:
+        """True once the frontend lists the model; raises EngineError (after stopping what
+        started) when a process exited or a stage was not ready within its timeout."""
         try:
-            self._start_one("ZMQ broker", [str(self.python), "-c", BROKER,
-                                           *map(str, self.broker_ports)],
-                            env, self.broker, self._broker_ready, 60.0)
-            self._start_one("worker", [str(self.python), "-m", "dynamo.vllm", *self.worker_args],
-                            env, self.worker, self._worker_ready, timeout)
-            front_env = {k: v for k, v in env.items() if k != "DYN_SYSTEM_PORT"}
-            self._start_one("frontend",
-                            [str(self.python), "-m", "dynamo.frontend", *self.frontend_args],
-                            front_env, self.frontend, self._lists_model, timeout)
+            name, _, _, log, ready, timeout = self._stages[len(self._procs) - 1]
+            if not ready():
+                for other, oproc, _, olog in self._procs:
+                    if oproc.poll() is not None:
+                        raise EngineError(f"Dynamo's {other} exited with status "
+                                          f"{oproc.returncode} while the {name} started; log "
+                                          f"{olog.log_path}:\n{olog.tail()}")
+                if time.monotonic() - self._stage_started > timeout:
+                    raise EngineError(f"Dynamo's {name} was not ready within {timeout:.0f} s; "
+                                      f"log {log.log_path}:\n{log.tail()}")
+                return False
+            self.start_seconds[name] = time.monotonic() - self._stage_started
+            if len(self._procs) == len(self._stages):
+                return True
+            self._launch_next()
+            return False
         except BaseException:
             self.stop()
             raise
-        return self
 
-    def _start_one(self, name: str, cmd: list[str], env: dict[str, str], log: ServerLog,
-                   ready, timeout: float) -> None:
-        started = time.monotonic()
-        proc, watchdog = launch(cmd, env, log.log_path)
-        self._procs.append((name, proc, watchdog, log))
-        while not ready():
-            for other, oproc, _, olog in self._procs:
-                if oproc.poll() is not None:
-                    raise EngineError(f"Dynamo's {other} exited with status {oproc.returncode} "
-                                      f"while the {name} started; log {olog.log_path}:\n"
-                                      f"{olog.tail()}")
-            if time.monotonic() - started > timeout:
-                raise EngineError(f"Dynamo's {name} was not ready within {timeout:.0f} s; log "
-                                  f"{log.log_path}:\n{log.tail()}")
+    def start(self, timeout: float = 400.0) -> DynamoStack:
+        """Broker, worker, then frontend; raises EngineError (after stopping what started) on
+        failure."""
+        try:
+            self.begin(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        while not self.step():
             time.sleep(0.5)
-        self.start_seconds[name] = time.monotonic() - started
+        return self
 
     def _broker_ready(self) -> bool:
         return BROKER_READY.search(self.broker.log_text()) is not None

@@ -35,16 +35,24 @@ import re
 import shutil
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from . import setup_dynamo
+from . import servers, setup_dynamo
 from .conftest import ARTIFACTS
-from .engine import RESULTS, TIMINGS, EngineError, VllmServer, prediction_band, read_run
+from .engine import (
+    OTHER_CORE,
+    RESULTS,
+    TIMINGS,
+    EngineError,
+    VllmServer,
+    prediction_band,
+    read_run,
+)
 from .reference import item_tokens, requests_in_dispatch_order
 
 pytestmark = pytest.mark.real_engine
@@ -149,25 +157,27 @@ class _Summary:
                 f"{s['hits']}/{s['misses']}/{s['evictions']} | {band_cell(r['band'])}")
 
 
-@pytest.fixture(scope="module")
-def connector_server(tiny_model: Path, tmp_path_factory, pytestconfig):
-    if not pytestconfig.pluginmanager.has_plugin("dynamo-connector-summary"):
-        pytestconfig.pluginmanager.register(_Summary(), "dynamo-connector-summary")
-    started = time.monotonic()
-    try:
-        python = setup_dynamo.ensure()
-    except (setup_dynamo.SetupError, OSError, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"Dynamo's connector could not be installed: {exc}", pytrace=False)
-    TIMINGS["dynamo connector setup"] = time.monotonic() - started
-    prometheus = tmp_path_factory.mktemp("prometheus-multiproc")
+def _connector_server(python: Path, model: Path) -> ConnectorServer:
+    prometheus = Path(tempfile.mkdtemp(prefix="mmdatagen-prometheus-"))
     server = ConnectorServer(
-        python, tiny_model, ARTIFACTS / "vllm-dynamo-connector.log", **SERVER,
+        python, model, ARTIFACTS / "vllm-dynamo-connector.log", **SERVER,
         extra_args=["--ec-transfer-config", json.dumps(CONNECTOR),
                     "--compilation-config", json.dumps(COMPILATION)],
         env={"PYTHONPATH": str(HERE / "dynamo_cpu"),
-             "PROMETHEUS_MULTIPROC_DIR": str(prometheus)})
+             "PROMETHEUS_MULTIPROC_DIR": str(prometheus), **OTHER_CORE},
+        start_timeout=900.0)  # a cold start beside others: three processes import vLLM
+    return server
+
+
+servers.register("connector_server", setup_dynamo.ensure, _connector_server)
+
+
+@pytest.fixture(scope="module")
+def connector_server(started, pytestconfig):
+    if not pytestconfig.pluginmanager.has_plugin("dynamo-connector-summary"):
+        pytestconfig.pluginmanager.register(_Summary(), "dynamo-connector-summary")
+    server = started.get("connector_server")
     try:
-        server.start(timeout=900.0)  # a cold start under load: three processes import vLLM
         settings = server.connector_settings()
         budget = server.logged_encoder_budget()
         if budget is None:
@@ -185,6 +195,7 @@ def connector_server(tiny_model: Path, tmp_path_factory, pytestconfig):
         yield server
     finally:
         server.stop()
+        shutil.rmtree(server.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -39,10 +39,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from . import setup_dynamo_stack
+from . import servers, setup_dynamo_stack
 from .conftest import ARTIFACTS
 from .dynamo_stack import DynamoStack
-from .engine import RESULTS, TIMINGS, EngineError, prediction_band, read_run
+from .engine import OTHER_CORE, RESULTS, TIMINGS, prediction_band, read_run
 from .reference import item_tokens, requests_in_dispatch_order
 
 pytestmark = pytest.mark.real_engine
@@ -73,19 +73,16 @@ WORKLOADS = [
 
 
 # -- the stack --------------------------------------------------------------------------------
+def _stack(python: Path, model: Path) -> DynamoStack:
+    return DynamoStack(python, model, ARTIFACTS, **STACK, env=OTHER_CORE)
+
+
+servers.register("stack", setup_dynamo_stack.ensure, _stack)
+
+
 @pytest.fixture(scope="module")
-def stack(tiny_model: Path):
-    started = time.monotonic()
-    try:
-        python = setup_dynamo_stack.ensure()
-    except (setup_dynamo_stack.SetupError, OSError, subprocess.CalledProcessError) as exc:
-        pytest.fail(f"the Dynamo virtualenv could not be set up: {exc}", pytrace=False)
-    TIMINGS["dynamo venv setup"] = time.monotonic() - started
-    s = DynamoStack(python, tiny_model, ARTIFACTS, **STACK)
-    try:
-        s.start()
-    except EngineError as exc:
-        pytest.fail(str(exc), pytrace=False)
+def stack(started):
+    s = started.get("stack")
     for name, seconds in s.start_seconds.items():
         TIMINGS[f"dynamo {name} start"] = seconds
     print(f"\nDynamo frontend {s.url}, worker metrics {s.metrics_url}, logs in {ARTIFACTS}",

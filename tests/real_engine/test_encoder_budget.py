@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from . import servers, setup_engine
 from .conftest import ARTIFACTS
-from .engine import BUDGET_LINE, OFFLINE_ENV, TIMINGS, EngineError, VllmServer
+from .engine import BUDGET_LINE, OFFLINE_ENV, TIMINGS, VllmServer
 
 pytestmark = pytest.mark.real_engine
 
@@ -62,24 +63,53 @@ def _rule(model_dir: Path, batched: int, model_len: int, limits: dict) -> int:
     return encoder_cache_budget(resolve_model(path=model_dir), batched, limits, model_len)
 
 
+def _tag(batched: int, model_len: int, limits: dict) -> str:
+    return f"{batched}-{model_len}-" + "-".join(f"{k}{v}" for k, v in limits.items())
+
+
+class BudgetServers:
+    """One ``UntilLogged`` server per ``LOGGED`` case, started together (``servers.start_all``)
+    with the suite's other servers, each killed once logged."""
+
+    def __init__(self, python: Path, model: Path) -> None:
+        self.servers = {_tag(*case): UntilLogged(
+            python, model, ARTIFACTS / f"vllm-budget-{_tag(*case)}.log", processor_cache_gb=0.005,
+            max_num_batched_tokens=case[0], max_images=1, max_model_len=case[1],
+            # the later flags win: compilation on (the line is logged from the profiling run),
+            # and the limits as given (a modality may be omitted)
+            extra_args=["--compilation-config", json.dumps({"mode": 3}),
+                        "--limit-mm-per-prompt", json.dumps(case[2])]) for case in LOGGED}
+        self.waiting = dict(self.servers)
+
+    def begin(self) -> None:
+        for server in self.servers.values():
+            server.begin()
+
+    def step(self) -> bool:
+        for tag, server in list(self.waiting.items()):
+            if server.step():
+                server.kill()
+                TIMINGS[f"budget server {tag} (until logged)"] = server.start_seconds or 0.0
+                del self.waiting[tag]
+        return not self.waiting
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.kill()
+
+
+servers.register("budget_servers", setup_engine.ensure, BudgetServers)
+
+
+@pytest.fixture(scope="module")
+def budget_servers(started) -> BudgetServers:
+    return started.get("budget_servers")
+
+
 @pytest.mark.parametrize("batched,model_len,limits", LOGGED,
                          ids=[f"mnbt{b}-len{n}-{json.dumps(lim)}" for b, n, lim in LOGGED])
-def test_logged_budget_equals_the_rule(engine_python, tiny_model, batched, model_len, limits):
-    tag = f"{batched}-{model_len}-" + "-".join(f"{k}{v}" for k, v in limits.items())
-    server = UntilLogged(engine_python, tiny_model, ARTIFACTS / f"vllm-budget-{tag}.log",
-                        processor_cache_gb=0.005, max_num_batched_tokens=batched, max_images=1,
-                        max_model_len=model_len,
-                        # the later flags win: compilation on (the line is logged from the
-                        # profiling run), and the limits as given (a modality may be omitted)
-                        extra_args=["--compilation-config", json.dumps({"mode": 3}),
-                                    "--limit-mm-per-prompt", json.dumps(limits)])
-    try:
-        server.start()
-    except EngineError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    finally:
-        server.kill()
-    TIMINGS[f"budget server {tag} (until logged)"] = server.start_seconds or 0.0
+def test_logged_budget_equals_the_rule(budget_servers, tiny_model, batched, model_len, limits):
+    server = budget_servers.servers[_tag(batched, model_len, limits)]
     line = BUDGET_LINE.search(server.log_text())
     assert line is not None, f"no budget line in {server.log_path}:\n{server.tail()}"
     taken = re.search(r"'limit_mm_per_prompt': (\{[^}]*\})", server.log_text())
