@@ -153,13 +153,16 @@ def group_shared_memory(pgid: int) -> set[str]:
     return names
 
 
-def stop_group(proc: subprocess.Popen | None, watchdog: subprocess.Popen | None) -> None:
-    """SIGTERM the process group, SIGKILL it when it lingers (children may outlive the leader),
-    then end the watchdog. Shared-memory segments the group had mapped and left behind (vLLM
-    force-kills its engine core, which then cannot unlink its message queues) are removed."""
+def stop_group(proc: subprocess.Popen | None, watchdog: subprocess.Popen | None,
+               signals: tuple[tuple[int, float], ...] = ((signal.SIGTERM, 20.0),
+                                                         (signal.SIGKILL, 10.0))) -> None:
+    """SIGTERM the process group, SIGKILL it when it lingers (children may outlive the leader;
+    ``signals``: each signal and how long to wait for it), then end the watchdog.
+    Shared-memory segments the group had mapped and left behind (vLLM force-kills its engine
+    core, which then cannot unlink its message queues) are removed."""
     segments = group_shared_memory(proc.pid) if proc is not None and proc.poll() is None else set()
     if proc is not None and proc.poll() is None:
-        for sig, wait in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+        for sig, wait in signals:
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:

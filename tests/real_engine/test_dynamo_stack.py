@@ -74,7 +74,12 @@ WORKLOADS = [
 
 # -- the stack --------------------------------------------------------------------------------
 def _stack(python: Path, model: Path) -> DynamoStack:
-    return DynamoStack(python, model, ARTIFACTS, **STACK, env=OTHER_CORE)
+    # vLLM 0.31 keeps its own cache beside its venv: both versions name their model-inspection
+    # cache file alike (modelinfos/...qwen2_vl...json) with their own module hash, so a shared
+    # one made the other version inspect the model again in a subprocess (+15 s per start)
+    cache = Path(python).parent.parent / "vllm-cache"
+    return DynamoStack(python, model, ARTIFACTS, **STACK,
+                       env={**OTHER_CORE, "VLLM_CACHE_ROOT": str(cache)})
 
 
 servers.register("stack", setup_dynamo_stack.ensure, _stack)

@@ -26,7 +26,7 @@ import pytest
 
 from . import servers, setup_engine
 from .conftest import ARTIFACTS
-from .engine import BUDGET_LINE, OFFLINE_ENV, TIMINGS, VllmServer
+from .engine import BUDGET_LINE, OFFLINE_ENV, TIMINGS, VllmServer, stop_group
 
 pytestmark = pytest.mark.real_engine
 
@@ -50,10 +50,8 @@ class UntilLogged(VllmServer):
         return BUDGET_LINE.search(self.log_text()) is not None or super()._health()
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self.stop()  # ends what is left: the group's children, the watchdog
+        """SIGKILL the group at once (its shared-memory segments removed, as ``stop`` does)."""
+        stop_group(self.proc, self.watchdog, signals=((signal.SIGKILL, 30.0),))
 
 
 def _rule(model_dir: Path, batched: int, model_len: int, limits: dict) -> int:
