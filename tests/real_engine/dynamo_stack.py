@@ -179,18 +179,6 @@ class DynamoStack:
             self.stop()
             raise
 
-    def start(self, timeout: float = 400.0) -> DynamoStack:
-        """Broker, worker, then frontend; raises EngineError (after stopping what started) on
-        failure."""
-        try:
-            self.begin(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        while not self.step():
-            time.sleep(0.5)
-        return self
-
     def _broker_ready(self) -> bool:
         return BROKER_READY.search(self.broker.log_text()) is not None
 

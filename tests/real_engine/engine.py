@@ -309,12 +309,6 @@ class VllmServer(ServerLog):
                               f"{self.log_path}:\n{self.tail()}")
         return False
 
-    def start(self, timeout: float | None = None) -> VllmServer:
-        self.begin(timeout)
-        while not self.step():
-            time.sleep(0.5)
-        return self
-
     def stop(self) -> None:
         stop_group(self.proc, self.watchdog)
 

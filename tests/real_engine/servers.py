@@ -1,15 +1,16 @@
 """Every server the collected tests need, started together before the first test that needs one.
 
 A server's start is mostly imports, one process after another (the API server, the engine core,
-the worker: about one core), so on this machine's 2 cores starts overlap: four starts of 55-85 s
-each took about as long together as the two longest one after the other. Tests then run with
-no start in progress: timing-sensitive ones (calibrate) see a quiet machine; idle servers wait.
+the worker: about one core), so on this machine's 2 cores starts overlap: the suite's four
+starts took 257 s one after another and 139-166 s together. Tests then run with no start in
+progress: timing-sensitive ones (calibrate) see a quiet machine; idle servers wait (about 2 %
+of a core each).
 
 Each kind of server registers under the name of the fixture that hands it out (``register``):
-a setup (installs; they run one after another, as two of them write into one virtualenv), a
-factory of the server, and what to do once it is ready. The server has ``begin()`` (launch),
-``step()`` (True once ready; raises ``EngineError`` on failure) and ``stop()``. No threads: a
-child started with ``PR_SET_PDEATHSIG`` would die with the thread that forked it.
+a setup (installs; they run one after another, as two of them write into one virtualenv) and a
+factory of the server. The server has ``begin()`` (launch), ``step()`` (True once ready; raises
+``EngineError`` on failure) and ``stop()`` (idempotent). No threads: a child started with
+``PR_SET_PDEATHSIG`` would die with the thread that forked it.
 """
 from __future__ import annotations
 
@@ -28,16 +29,14 @@ from .engine import TIMINGS
 class Kind:
     setup: Callable[[], Any]  # installs what the server runs from; returns its python
     make: Callable[[Any, Path], Any]  # (python, tiny model) -> the server, not yet begun
-    ready: Callable[[Any], None] | None = None  # once it is ready (the budget server: kill it)
 
 
 KINDS: dict[str, Kind] = {}
 
 
-def register(fixture: str, setup: Callable[[], Any], make: Callable[[Any, Path], Any],
-             ready: Callable[[Any], None] | None = None) -> None:
+def register(fixture: str, setup: Callable[[], Any], make: Callable[[Any, Path], Any]) -> None:
     """The server the fixture ``fixture`` hands out (``Started.get``)."""
-    KINDS[fixture] = Kind(setup, make, ready)
+    KINDS[fixture] = Kind(setup, make)
 
 
 class Started:
@@ -83,6 +82,7 @@ def start_all(names: Iterable[str], tiny_model: Path) -> Started:
             try:
                 done = server.step()
             except Exception as exc:  # EngineError, or the log unreadable
+                server.stop()  # what is left of it (a group of several servers: the others)
                 out.errors[name] = str(exc)
                 del pending[name]
                 continue
@@ -90,8 +90,6 @@ def start_all(names: Iterable[str], tiny_model: Path) -> Started:
                 del pending[name]
                 out.servers[name] = server
                 TIMINGS[f"{name} ready after"] = time.monotonic() - began
-                if KINDS[name].ready is not None:
-                    KINDS[name].ready(server)
         time.sleep(0.5)
     if made:
         TIMINGS[f"{len(made)} servers started together in"] = time.monotonic() - began
