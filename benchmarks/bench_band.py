@@ -147,18 +147,21 @@ def connector_band(items: list, send, first, end, budget: int):
     pos = np.argsort(w.lo, kind="stable")
     n = len(pos)
     assert w.later_lo is not None and w.later_hi is not None
+
+    def factory():
+        return make_cache(target, capacity, front_tokens=FRONT_TOKENS,
+                          bytes_per_token=BYTES_PER_TOKEN)
+
     t0 = time.perf_counter()
     band = order_band(target, [its[p] for p in pos], [len(its[p]) for p in pos], capacity,
                       w.lo[pos], w.hi[pos], w.later_hi[pos], [np.ones(n), np.ones(n)],
-                      lambda: make_cache(target, capacity, front_tokens=FRONT_TOKENS,
-                                         bytes_per_token=BYTES_PER_TOKEN),
+                      factory,
                       [False] * n, budget=budget, fin_lo=w.later_lo[pos])
     secs = time.perf_counter() - t0
     t0 = time.perf_counter()  # and the band for any scheduler (predict.py's any_order)
     anyb = order_band(target, its, [len(it) for it in its], capacity, s, f, f,
                       [np.ones(n), np.ones(n)],
-                      lambda: make_cache(target, capacity, front_tokens=FRONT_TOKENS,
-                                         bytes_per_token=BYTES_PER_TOKEN),
+                      factory,
                       [False] * n, budget=budget // 4, after=band.method)
     return band, secs, w.largest, anyb, time.perf_counter() - t0
 

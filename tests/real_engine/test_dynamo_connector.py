@@ -110,7 +110,12 @@ CASES = [(w, c, False) for w in WORKLOADS for c in (1, 8)] + [(WORKLOADS[0], 8, 
 
 # -- the server --------------------------------------------------------------------------------
 class ConnectorServer(VllmServer):
-    """The engine with Dynamo's connector: its counters and what it logged at startup."""
+    """The engine with Dynamo's connector: its counters and what it logged at startup. Its
+    Prometheus folder (``PROMETHEUS_MULTIPROC_DIR``) goes when it stops."""
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
     def embedding_counters(self) -> dict[str, int]:
         """Dynamo's counters and entries gauge at ``/metrics``, summed over labels (a counter
@@ -195,7 +200,6 @@ def connector_server(started, pytestconfig):
         yield server
     finally:
         server.stop()
-        shutil.rmtree(server.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 
 # -- helpers -----------------------------------------------------------------------------------
