@@ -184,7 +184,8 @@ ERRORS = ("UserError", "SpecError", "DatasetError", "RunFailed")
 #: Library errors that still spell a flag (file -> how many): not settings of the failing call.
 SPELLED = {"analysis/run.py": 1,         # DATASET (an argument) or --workload
            "analysis/predict.py": 1,     # a second check of --in-flight (analysis/concurrency)
-           "loadgen/merge_runs.py": 1}   # advice naming another command's flags
+           "loadgen/merge_runs.py": 1,   # advice naming another command's flags
+           "sim/calibrate_steps.py": 1}  # vLLM's flag, not ours: how to get its step lines
 
 
 def _error_texts() -> list[tuple[str, str]]:

@@ -25,5 +25,9 @@ class CalibrateOutput:
     holdout: tuple[str, ...] = list_option("--holdout", "Run folders NOT fitted: replayed "
                                            "with the fitted profile and shown apart, measured "
                                            "against predicted (a list).", metavar="DIRS")
+    engine_log: tuple[str, ...] = list_option(
+        "--engine-log", "vLLM logs with its step lines (the server started with "
+        "--enable-logging-iteration-details): the step costs are fitted to the engine's own "
+        "step times, the runs' records fit the rest (a list).", metavar="FILES")
     quiet: bool = common.quiet("No table.")
     force: bool = common.force()

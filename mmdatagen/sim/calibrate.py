@@ -53,15 +53,17 @@ import numpy as np
 from ..caches.targets import CacheTarget, get_target
 from ..errors import SpecError, UserError
 from ..metrics import NONE, RecordTable
+from .calibrate_steps import STEP_PARAMS, Steps, read_steps, step_rows
 from .calibrate_terms import TextTokens, run_dataset
 from .profile import Profile
 
 PARAMS = ("frontend_request_ms", "step_base_ms", "per_seq_ms", "per_prefill_token_ms",
           "frontend_image_ms", "per_encoder_image_ms", "per_encoder_token_ms",
-          "per_prefill_context_ms", "per_decode_context_ms")
+          "per_prefill_context_ms", "per_decode_context_ms", "per_prefill_request_ms")
 TOKENS = 6  # the column of per_encoder_token_ms: needs the runs' datasets (image tokens)
 CONTEXT = 7  # per_prefill_context_ms: a prompt of T tokens attends T^2 / 2 pairs
 DECODE = 8  # per_decode_context_ms: each decode token attends its request's prompt
+ADMIT = 9  # per_prefill_request_ms: the engine's work per request it admits
 IDENTIFIED = 0.02  # a column whose part outside the others' span is below this (relative): not identified
 
 
@@ -141,6 +143,7 @@ def ttft_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
     x[:, 0] = x[:, 1] = 1.0
     x[:, 3] = t.input_tokens[keep]
     x[:, CONTEXT] = t.input_tokens[keep].astype(float) ** 2 / 2000.0
+    x[:, ADMIT] = 1.0
     x[:, 4] = run.processed[keep]
     x[:, 5] = run.encoded[keep]
     if run.encoded_tokens is not None:
@@ -179,6 +182,7 @@ def window_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
     x[:, CONTEXT] = pairs[hi] - pairs[lo]
     x[:, 5] = enc[hi] - enc[lo]
     x[:, TOKENS] = enc_tok[hi] - enc_tok[lo]
+    x[:, ADMIT] = hi - lo
     return x, (ek - fk) / 1e6
 
 
@@ -208,6 +212,8 @@ class Fit:
     correlation: list[list[float]] = field(default_factory=list)
     #: free costs fitted negative, held at 0 and the rest refitted
     zeroed: tuple[str, ...] = ()
+    #: costs fitted to the engine's own step times (``--engine-log``), their se from that fit
+    from_log: tuple[str, ...] = ()
 
 
 def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
@@ -235,6 +241,18 @@ def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
     if missing:
         raise UserError(refusal(missing, runs))
     return _nonnegative(x, y, label, hold)
+
+
+def fit_steps(steps: Steps, hold: dict[str, float]) -> Fit:
+    """The step costs the engine's log identifies, fitted to its step times (every cost >= 0);
+    costs its steps never vary (no encoder step: the encoder's) are left out of ``from_log``."""
+    x, y, label = step_rows(steps, PARAMS)
+    own = {p: 0.0 for p in PARAMS if p not in STEP_PARAMS}
+    free = [i for i, p in enumerate(PARAMS) if p not in own and p not in hold]
+    blind = {PARAMS[free[i]] for i in unidentified(x[:, free])}
+    result = _nonnegative(x, y, label, {**own, **{p: 0.0 for p in blind}, **hold})
+    seen = tuple(p for p in STEP_PARAMS if p not in hold and p not in blind)
+    return replace(result, from_log=seen)
 
 
 def _nonnegative(x: np.ndarray, y: np.ndarray, label: np.ndarray, hold: dict[str, float]
@@ -339,6 +357,9 @@ def _advice(param: str, runs: list[Run]) -> str:
         "per_prefill_token_ms": "add a run with other prompt lengths (another --text-tokens)",
         "per_decode_context_ms": "add a run with other prompt lengths (another --text-tokens) "
                                  "and streamed replies of >= 2 tokens",
+        "per_prefill_request_ms": "a request's fixed cost is told apart as the engine's (not "
+                                  "the frontend's) only when other requests start while it "
+                                  "decodes: add a run at concurrency 2 or more",
         "per_prefill_context_ms": "attention's part that grows with the prompt is told apart "
                                   "only by three or more prompt lengths: add a run with "
                                   "another --text-tokens",
@@ -367,6 +388,7 @@ def fitted_profile(base: Profile, result: Fit, runs: list[Run], name: str,
         changes["text_bytes_per_token"] = tokens.bytes_per_token
     calibration = {"base_profile": base.name, "runs": [str(r.path) for r in runs],
                    "held": sorted(result.held), "zeroed": list(result.zeroed),
+                   "from_engine_log": list(result.from_log),
                    "rows": result.rows,
                    "parameters": {p: {"value": result.values[p], "se": result.se[p]}
                                   for p in PARAMS},
@@ -441,6 +463,9 @@ class Calibration:
     base: Profile
     residuals: list[dict[str, Any]] = field(default_factory=list)
     tokens: TextTokens | None = None
+    #: the engine log's step fit (``--engine-log``) and its step count, None without a log
+    steps: Fit | None = None
+    step_count: int = 0
 
 
 def base_for(runs_config: list[dict], name: str | None) -> Profile:
@@ -459,10 +484,12 @@ def base_for(runs_config: list[dict], name: str | None) -> Profile:
 
 
 def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
-              hold: list[str] | None = None, holdout: list[Path] | None = None
-              ) -> Calibration:
+              hold: list[str] | None = None, holdout: list[Path] | None = None,
+              engine_logs: list[Path] | None = None) -> Calibration:
     """Read the runs, fit, build the profile (named after ``output``) and replay every run
-    with it (the residuals), and the ``holdout`` runs (not fitted); writes nothing."""
+    with it (the residuals), and the ``holdout`` runs (not fitted); writes nothing. With
+    ``engine_logs`` the step costs are fitted to the engine's own step times first
+    (:mod:`calibrate_steps`) and the runs' records fit the rest."""
     unknown = sorted(set(hold or ()) - set(PARAMS))
     if unknown:
         raise SpecError("hold", f"names unknown parameters {', '.join(unknown)} (of "
@@ -477,13 +504,43 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
     hold = list(hold or ())
     if any(r.encoded_tokens is None for r in runs) and PARAMS[TOKENS] not in hold:
         hold.append(PARAMS[TOKENS])  # no dataset to count the encoded images' tokens
-    result = fit(runs, {p: float(getattr(base, p)) for p in hold})
+    held = {p: float(getattr(base, p)) for p in hold}
+    steps, count = _log_fit(engine_logs, base, held)
+    result = _with_log(fit(runs, held), steps)
     prof = fitted_profile(base, result, runs, Path(output).stem, tokens)
     held_out = [load_run(p, base.cache) for p in holdout or ()]
     residuals = [{"run": str(r.path), "hits": r.hits, "measured": measured(r),
                   "predicted": predict(r, prof), "fitted": i < len(runs)}
                  for i, r in enumerate([*runs, *held_out])]
-    return Calibration(prof, result, runs, base, residuals, tokens)
+    return Calibration(prof, result, runs, base, residuals, tokens, steps, count)
+
+
+def _log_fit(engine_logs: list[Path] | None, base: Profile, held: dict[str, float]
+             ) -> tuple[Fit | None, int]:
+    """The step costs from the engine's logs (None without), added to ``held`` for the
+    records' fit, and the steps read."""
+    steps, count = None, 0
+    if engine_logs:
+        log = read_steps(list(engine_logs))
+        steps, count = fit_steps(log, held), len(log)
+        held.update({p: steps.values[p] for p in steps.from_log})
+        if "per_seq_ms" in steps.from_log:  # its decode steps carry their prompts' cost
+            held.setdefault(PARAMS[DECODE], float(getattr(base, PARAMS[DECODE])))
+    # the engine's own work per prefilling request is a constant of every TTFT like the
+    # frontend's: from requests alone it is told apart only by the decode windows' rough
+    # overlap rows, so it is fitted from the engine's step lines or kept at the base's value
+    held.setdefault(PARAMS[ADMIT], float(getattr(base, PARAMS[ADMIT])))
+    return steps, count
+
+
+def _with_log(result: Fit, steps: Fit | None) -> Fit:
+    """The records' fit with the log's costs marked as fitted there, with their se."""
+    if steps is None:
+        return result
+    return replace(result, held={p: v for p, v in result.held.items()
+                                 if p not in steps.from_log},
+                   se={**result.se, **{p: steps.se[p] for p in steps.from_log}},
+                   from_log=steps.from_log)
 
 
 def dataset_terms(runs: list[Run], base: Profile) -> tuple[list[Run], TextTokens | None]:
@@ -519,7 +576,8 @@ def report_lines(cal: Calibration) -> list[str]:
     lines = [f"base profile {cal.base.name}; {len(cal.runs)} runs",
              f"{'parameter':22} {'fitted':>10} {'± se':>9} {'base':>10}"]
     for p in PARAMS:
-        se = "0 (<0)" if p in f.zeroed else "held" if p in f.held else f"{f.se[p]:.4g}"
+        se = ("0 (<0)" if p in f.zeroed else "held" if p in f.held
+              else f"{f.se[p]:.4g} log" if p in f.from_log else f"{f.se[p]:.4g}")
         lines.append(f"{p:22} {f.values[p]:10.4f} {se:>9} {float(getattr(cal.base, p)):10.4f}")
     if cal.tokens is not None:
         t = cal.tokens
@@ -529,6 +587,11 @@ def report_lines(cal: Calibration) -> list[str]:
                      f"{cal.base.text_bytes_per_token:g})")
     lines.append("rows: " + ", ".join(f"{k} {v} (spread {f.spread.get(k, 0):.3g} ms)"
                                       for k, v in f.rows.items()))
+    if cal.steps is not None:
+        s = cal.steps
+        lines.append(f"engine log: {cal.step_count} steps fitted the costs marked log ("
+                     + ", ".join(f"{k} {v} (spread {s.spread.get(k, 0):.3g} ms)"
+                                 for k, v in s.rows.items()) + ")")
     lines.append(f"{'run':32} {'hits':>6} {'TTFT p50 meas':>13} {'pred':>9} {'err':>7} "
                  f"{'req/s meas':>10} {'pred':>9} {'err':>7}")
     for i, row in enumerate(cal.residuals):

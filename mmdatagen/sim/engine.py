@@ -236,6 +236,7 @@ class Engine:
                 scheduled.append(r)
         budget -= n_decode
         pairs = 0.0  # prefill tokens x their causal context (attention's quadratic part)
+        prefilling = 0  # requests with prompt tokens in this step
         for r in self.running:
             if r.prefilled < r.prompt_tokens and budget > 0 and r.enc_ready <= now:
                 chunk = min(r.prompt_tokens - r.prefilled, budget)
@@ -244,6 +245,7 @@ class Engine:
                 prefill += chunk
                 budget -= chunk
                 scheduled.append(r)
+                prefilling += 1
         waiting, running = self.waiting, self.running
         frac = p.encoder_async_fraction
         while waiting and budget > 0 and len(running) < p.max_running:
@@ -267,7 +269,9 @@ class Engine:
             prefill += chunk
             budget -= chunk
             scheduled.append(r)
+            prefilling += 1
         dur = (p.step_base_ms + p.per_seq_ms * n_decode + p.per_decode_context_ms * context / 1000.0
+               + p.per_prefill_request_ms * prefilling
                + p.per_prefill_token_ms * prefill
                + p.per_prefill_context_ms * pairs / 1000.0
                + p.per_encoder_token_ms * enc_tokens + p.per_encoder_image_ms * enc_images)

@@ -21,11 +21,14 @@ class Profile:
     """Parameters of the step model (all times in milliseconds of simulated time).
 
     Step duration = ``step_base_ms`` + ``per_seq_ms`` x running sequences
-    + ``per_decode_context_ms`` x their prompts in thousands of tokens    + ``per_prefill_token_ms`` x prefill tokens + ``per_prefill_context_ms`` x each prefill
+    + ``per_decode_context_ms`` x their prompts in thousands of tokens
+    + ``per_prefill_token_ms`` x prefill tokens + ``per_prefill_context_ms`` x each prefill
     token's causal context in thousands (a chunk of ``c`` tokens after ``o``: ``c (o + c / 2)``;
-    a whole prompt of ``T``: ``T^2 / 2``) + ``per_encoder_token_ms`` x encoded image tokens
+    a whole prompt of ``T``: ``T^2 / 2``) + ``per_prefill_request_ms`` x requests with prompt
+    tokens in the step + ``per_encoder_token_ms`` x encoded image tokens
     + ``per_encoder_image_ms`` x encoded images, of which ``encoder_async_fraction`` runs instead
-    on a serial encoder queue beside the steps (delaying only that request's prefill). Before the engine, a serial frontend spends
+    on a serial encoder queue beside the steps (delaying only that request's prefill). Before
+    the engine, a serial frontend spends
     ``frontend_request_ms`` + ``frontend_image_ms`` x images per request, after a fixed
     ``url_fetch_ms`` per http(s) image (not serial). Decoding an image costs
     ``decode_ms_per_mpixel`` x its megapixels: on the serial frontend when ``decode_workers`` is
@@ -47,6 +50,9 @@ class Profile:
     per_prefill_context_ms: float = 0.0
     #: decode attention: ms per decoding sequence per 1,000 tokens of its prompt
     per_decode_context_ms: float = 0.0
+    #: the engine's own work per request with prompt tokens in a step (building its inputs):
+    #: unlike the frontend's work, it does not overlap the steps
+    per_prefill_request_ms: float = 0.0
     per_encoder_token_ms: float = 0.0
     per_encoder_image_ms: float = 0.0
     encoder_async_fraction: float = 0.0
@@ -76,6 +82,7 @@ class Profile:
         """True when no work costs time: requests complete as soon as they are parsed."""
         return not any((self.step_base_ms, self.per_seq_ms, self.per_prefill_token_ms,
                         self.per_prefill_context_ms, self.per_decode_context_ms,
+                        self.per_prefill_request_ms,
                         self.per_encoder_token_ms, self.per_encoder_image_ms,
                         self.frontend_request_ms, self.frontend_image_ms, self.url_fetch_ms,
                         self.decode_ms_per_mpixel))

@@ -63,6 +63,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         for k, v in TIMINGS.items():
             terminalreporter.write_line(f"{k}: {v:.1f} s")
     if CALIBRATION:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "calibration.json").write_text(json.dumps(CALIBRATION, indent=1))
         _calibration_summary(terminalreporter)
     if RESULTS:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
