@@ -31,7 +31,7 @@ def calibrate(runs: tuple[Path, ...], **values: Any) -> None:
     logs = [Path(p) for p in expand(CalibrateOutput, "engine_log", out.engine_log)]
     check_target(output, out.force)
     check_not_input([output], [*runs, *holdout, *logs])
-    with reading([*runs, *holdout]):
+    with reading([*runs, *holdout, *logs]):
         cal = run_calibrate(list(runs), output, out.base_profile,
                             expand(CalibrateOutput, "hold", out.hold), holdout, logs)
         write_profile(output, cal.profile)

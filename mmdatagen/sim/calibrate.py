@@ -5,9 +5,10 @@ the encoder runs inside the step that admits a request), read per request. Times
 
 * An isolated request ``i`` (nothing else in flight between its start and its first token)::
 
-      TTFT_i = frontend_request_ms + step_base_ms + frontend_image_ms * P_i
-               + per_encoder_image_ms * E_i + per_encoder_token_ms * K_i
-               + per_prefill_token_ms * T_i + per_prefill_context_ms * T_i^2 / 2000
+      TTFT_i = frontend_request_ms + step_base_ms + per_prefill_request_ms
+               + frontend_image_ms * P_i + per_encoder_image_ms * E_i
+               + per_encoder_token_ms * K_i + per_prefill_token_ms * T_i
+               + per_prefill_context_ms * T_i^2 / 2000
 
   ``T_i`` its prompt tokens as the server counted them, ``P_i`` its images preprocessed (all of
   them, less its hits when the run's cache is looked up on arrival: vLLM's processor cache,
@@ -40,6 +41,13 @@ when a run's dataset is not at hand). With the datasets, the text bytes per toke
 too (``calibrate_terms``). Not fitted (kept from the base profile): the queueing limits
 (``max_running``, ``token_budget``), the encoder cache's budget, the cache sizes; chunked
 prefills (a prompt above the token budget) are taken as one step.
+
+The engine's cost per prefilling request (``per_prefill_request_ms``, in the decode window
+once per request whose first token falls in it) is a constant of every TTFT like the
+frontend's; the records tell the two apart only through the windows' rough overlap rows, so it
+is kept at the base profile's value unless the engine's own step lines give it
+(``engine_logs``: :mod:`calibrate_steps`, which then gives every step cost it identifies, the
+records fitting the rest).
 """
 from __future__ import annotations
 
@@ -63,7 +71,7 @@ PARAMS = ("frontend_request_ms", "step_base_ms", "per_seq_ms", "per_prefill_toke
 TOKENS = 6  # the column of per_encoder_token_ms: needs the runs' datasets (image tokens)
 CONTEXT = 7  # per_prefill_context_ms: a prompt of T tokens attends T^2 / 2 pairs
 DECODE = 8  # per_decode_context_ms: each decode token attends its request's prompt
-ADMIT = 9  # per_prefill_request_ms: the engine's work per request it admits
+ADMIT = 9  # per_prefill_request_ms: the engine's work per prefilling request
 IDENTIFIED = 0.02  # a column whose part outside the others' span is below this (relative): not identified
 
 
@@ -526,9 +534,7 @@ def _log_fit(engine_logs: list[Path] | None, base: Profile, held: dict[str, floa
         held.update({p: steps.values[p] for p in steps.from_log})
         if "per_seq_ms" in steps.from_log:  # its decode steps carry their prompts' cost
             held.setdefault(PARAMS[DECODE], float(getattr(base, PARAMS[DECODE])))
-    # the engine's own work per prefilling request is a constant of every TTFT like the
-    # frontend's: from requests alone it is told apart only by the decode windows' rough
-    # overlap rows, so it is fitted from the engine's step lines or kept at the base's value
+    # from the engine's step lines, or kept at the base's value (the module docstring)
     held.setdefault(PARAMS[ADMIT], float(getattr(base, PARAMS[ADMIT])))
     return steps, count
 
