@@ -24,14 +24,15 @@ the encoder runs inside the step that admits a request), read per request. Times
       W_i = step_base_ms * (n_i - 1) + per_seq_ms * S_i + per_decode_context_ms * C_i
             + per_prefill_token_ms * T'_i + per_prefill_context_ms * Q'_i
             + per_encoder_image_ms * E'_i + per_encoder_token_ms * K'_i
+            + per_prefill_request_ms * A'_i
 
   ``S_i`` the decoding requests summed over those steps: the decode tokens every request
   emitted during the window (``i``'s own ``n_i - 1`` included; a request overlapping it in part
   counted as emitting its tokens evenly over its own decode window), ``C_i`` the same tokens
   each weighted by its request's prompt in thousands of tokens; ``T'_i``, ``Q'_i``,
-  ``E'_i`` and ``K'_i`` the prompt tokens, their attention pairs in thousands (``T^2 / 2000``
-  each), encoded images and their tokens of the requests whose first token falls in the window
-  (their prefill ran in one of its steps).
+  ``E'_i``, ``K'_i`` and ``A'_i`` the prompt tokens, their attention pairs in thousands
+  (``T^2 / 2000`` each), encoded images and their tokens, and the count of the requests whose
+  first token falls in the window (their prefill ran in one of its steps).
 
 Both sets of rows go into one weighted least-squares fit (numpy): each set weighted by its own
 residual spread from a first pass, the standard errors from the weighted normal matrix. A
