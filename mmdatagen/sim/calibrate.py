@@ -513,8 +513,8 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
     hold = list(hold or ())
     if any(r.encoded_tokens is None for r in runs) and PARAMS[TOKENS] not in hold:
         hold.append(PARAMS[TOKENS])  # no dataset to count the encoded images' tokens
-    held = {p: float(getattr(base, p)) for p in hold}
-    steps, count = _log_fit(engine_logs, base, held)
+    held, steps, count = _log_fit(engine_logs, base,
+                                  {p: float(getattr(base, p)) for p in hold})
     result = _with_log(fit(runs, held), steps)
     prof = fitted_profile(base, result, runs, Path(output).stem, tokens)
     held_out = [load_run(p, base.cache) for p in holdout or ()]
@@ -524,20 +524,20 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
     return Calibration(prof, result, runs, base, residuals, tokens, steps, count)
 
 
-def _log_fit(engine_logs: list[Path] | None, base: Profile, held: dict[str, float]
-             ) -> tuple[Fit | None, int]:
-    """The step costs from the engine's logs (None without), added to ``held`` for the
-    records' fit, and the steps read."""
-    steps, count = None, 0
+def _log_fit(engine_logs: list[Path] | None, base: Profile, hold: dict[str, float]
+             ) -> tuple[dict[str, float], Fit | None, int]:
+    """What the records' fit holds (``hold`` and the step costs from the engine's logs), the
+    logs' fit (None without) and the steps read."""
+    held, steps, count = dict(hold), None, 0
     if engine_logs:
         log = read_steps(list(engine_logs))
-        steps, count = fit_steps(log, held), len(log)
+        steps, count = fit_steps(log, hold), len(log)
         held.update({p: steps.values[p] for p in steps.from_log})
         if "per_seq_ms" in steps.from_log:  # its decode steps carry their prompts' cost
             held.setdefault(PARAMS[DECODE], float(getattr(base, PARAMS[DECODE])))
     # from the engine's step lines, or kept at the base's value (the module docstring)
     held.setdefault(PARAMS[ADMIT], float(getattr(base, PARAMS[ADMIT])))
-    return steps, count
+    return held, steps, count
 
 
 def _with_log(result: Fit, steps: Fit | None) -> Fit:

@@ -51,7 +51,6 @@ class Steps:
     encoder_inputs: np.ndarray
     encoder_tokens: np.ndarray
     ms: np.ndarray
-    sources: tuple[str, ...]
 
     def __len__(self) -> int:
         return len(self.ms)
@@ -77,8 +76,7 @@ def read_steps(paths: list[Path]) -> Steps:
             raise UserError(f"{path}: no engine step lines (start vLLM with "
                             "--enable-logging-iteration-details)")
     a = np.array(rows, dtype=float)
-    return Steps(a[:, 0], a[:, 1], a[:, 2], a[:, 5], a[:, 6], a[:, 4],
-                 tuple(str(p) for p in paths))
+    return Steps(a[:, 0], a[:, 1], a[:, 2], a[:, 5], a[:, 6], a[:, 4])
 
 
 def step_rows(steps: Steps, params: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray,
