@@ -5,12 +5,14 @@ images of four sizes) is analysed for every target of ``data/caches.json`` with
 ``mmdatagen.analysis.analyze`` as ``mmdatagen analyze --curve`` runs it: the whole curve, the
 thresholds (90/99/100 % of the best, in bytes and in entries) and three asked capacities.
 Dynamo's two-tier targets use vLLM's encoder-cache budget rule for the model. Printed per target:
-references per second (wall clock, and per second of this process's CPU time, which other load
-on the machine disturbs less), its ratio to the goal, and, on a 200 k-reference prefix, whether
-the answers at the three capacities equal an exact replay of the shared cache model (the
-simulator's implementation).
+references per second on the threads the analysis uses (wall clock), its ratio to the goal, the
+same on one thread (``kernels.MAX_THREADS = 1``, in the same run) and the threads' speed-up,
+references per second of this process's CPU time (all threads; other load on the machine
+disturbs it less), and, on a 200 k-reference prefix, whether the answers at the three
+capacities equal an exact replay of the shared cache model (the simulator's implementation).
 
     python benchmarks/bench_prediction.py [--refs 10000000] [--objects 100000] [--targets a,b]
+                                          [--no-single]
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import time
 
 import numpy as np
 
-from mmdatagen.analysis import Semantics, analyze
+from mmdatagen.analysis import Semantics, analyze, kernels
 from mmdatagen.analysis.targets import Replay
 from mmdatagen.analysis.trace import Trace
 from mmdatagen.caches import get_target, target_names
@@ -68,11 +70,24 @@ def replay_check(name: str, small: Trace, model) -> bool:
     return all(int(replay.flags(c).sum()) == r["hits"] for c, r in zip(caps, fast))
 
 
+def timed(trace: Trace, model, name: str, caps: list[int], threads: int) -> tuple:
+    """Wall and CPU seconds of the analysis on at most ``threads`` threads, and its method."""
+    kept, kernels.MAX_THREADS = kernels.MAX_THREADS, threads
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        a = analyze(trace, model, Semantics(target=name), cache_bytes=caps)
+        return (time.perf_counter() - wall, time.process_time() - cpu,
+                a.summary["semantics"]["method"])
+    finally:
+        kernels.MAX_THREADS = kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--refs", type=int, default=10_000_000)
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--targets", default=",".join(target_names()))
+    ap.add_argument("--no-single", action="store_true", help="skip the one-thread runs")
     args = ap.parse_args()
     names = [n for n in args.targets.split(",") if n]
     model = get_model("qwen3-vl-30b-a3b")
@@ -81,22 +96,23 @@ def main() -> None:
     for name in names:  # load every compiled kernel once (numba's disk cache)
         analyze(prefix(trace, min(50_000, args.refs)), model, Semantics(target=name))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    n = kernels.threads(trace.ids.size)
     print(f"trace: {trace.ids.size:,} references in {trace.num_rows:,} requests, Zipf 1.0 over "
           f"{args.objects:,} images of {len(DIMS)} sizes; model {model.name}; "
-          f"{os.cpu_count()} CPUs, load average {load:.1f} at the start")
-    print(f"{'target':<20} {'refs/s':>11} {'x goal':>7} {'CPU refs/s':>11} {'x goal':>7} "
-          f"{'seconds':>8}  {'replay check':<13} method")
+          f"{os.cpu_count()} CPUs, the analysis uses {n} threads; load average {load:.1f} at "
+          "the start")
+    print(f"{'target':<20} {'refs/s':>11} {'x goal':>7} {'1 thread':>11} {'x goal':>7} "
+          f"{'speed-up':>8} {'CPU refs/s':>11} {'seconds':>8}  {'replay check':<13} method")
     for name in names:
         sizes, _ = trace.costs(model, target=get_target(name))
         caps = capacities(trace, sizes)  # the asked capacities: input, not analysis
-        wall, cpu = time.perf_counter(), time.process_time()
-        a = analyze(trace, model, Semantics(target=name), cache_bytes=caps)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        rate, cpu_rate = trace.ids.size / wall, trace.ids.size / cpu
+        wall, cpu, method = timed(trace, model, name, caps, kernels.MAX_THREADS)
+        one = wall if args.no_single else timed(trace, model, name, caps, 1)[0]
+        rate, one_rate = trace.ids.size / wall, trace.ids.size / one
         ok = replay_check(name, small, model)
-        print(f"{name:<20} {rate:>11,.0f} {rate / GOAL:>7.2f} {cpu_rate:>11,.0f} "
-              f"{cpu_rate / GOAL:>7.2f} {wall:>8.2f}  {'equal' if ok else 'DIFFERENT':<13} "
-              f"{a.summary['semantics']['method']}")
+        print(f"{name:<20} {rate:>11,.0f} {rate / GOAL:>7.2f} {one_rate:>11,.0f} "
+              f"{one_rate / GOAL:>7.2f} {one / wall:>8.2f} {trace.ids.size / cpu:>11,.0f} "
+              f"{wall:>8.2f}  {'equal' if ok else 'DIFFERENT':<13} {method}")
     print(f"goal: {GOAL / 1e6:g} M references/s per target (x goal >= 1); the analysis as "
           "'analyze --curve' runs it: the whole curve, thresholds in bytes and entries, three "
           "capacities")

@@ -3,7 +3,9 @@
 The kernels are plain loops over numpy arrays (or Python lists), so numba compiles them as they
 are and plain Python runs them on small traces, where importing numba and loading its disk
 cache costs more than the loop (``PYTHON_MAX_REFS``). Callers pick a version with
-:func:`for_size` (or :func:`compiled`); nothing else in the package imports numba.
+:func:`for_size` (or :func:`compiled`); nothing else in the package imports numba. The compiled
+kernels release the GIL: :func:`threads` says how many threads work over a trace may use and
+:func:`in_threads` runs independent calls on them.
 
 - ``stack_kernel``: for every reference, the smallest byte capacity at which it hits in an LRU
   that evicts whole objects from the LRU end: ``size(x) + sum(size(y) for distinct y
@@ -12,26 +14,55 @@ cache costs more than the loop (``PYTHON_MAX_REFS``). Callers pick a version wit
   access, weighted by its size. Slots are handed out in access order; when they run out, live
   slots are renumbered in order (compaction), so the tree stays about twice the number of
   distinct objects (cache friendly) whatever the trace length.
+- ``stack_join_kernel``: the second half of a trace passed alone, joined to the first half's
+  pass (the two halves on two threads).
 - ``window_kernel``: the same below a bound, with larger objects bypassed (a shallow stack).
 - ``pack_kernel``, ``radix_kernel``, ``group_kernel``: required capacities to a curve.
+- ``first_kernel``: dense ids of int64 keys in order of first appearance (a hash table).
 - ``touch_kernel``: vLLM's processor cache (a request touches its cached items first).
 - ``fifo_kernel``: a FIFO by size at one capacity.
 - ``random_events_kernel``, ``completion_kernel``: dispatch orders and insert-at-completion.
 - ``*_batch_kernel``: FIFO and insert-at-completion replays, many capacities a pass.
-- ``bounds_kernel`` (with ``compact_kernel``), ``hits_kernel``, ``decide_kernel``,
+- ``bounds_kernel`` (with ``compact_kernel``; ``bounds_join_kernel`` joins two halves),
+  ``hits_kernel``, ``decide_kernel``,
   ``miss_count_kernel``: insert-at-completion one request at a time from per-reference bounds
   (``sampled.OneAtATime``); ``small_completion_kernel``: the same at capacities of a few entries.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 # Below this many references the plain-Python kernel beats importing numba and loading its cache.
 PYTHON_MAX_REFS = 30_000
+# Work over fewer references runs on one thread (starting threads would cost more than it saves).
+PARALLEL_MIN_REFS = 1_000_000
+MAX_THREADS = 8  # threads one analysis uses at most (the cores it may run on, up to this)
 _JIT: dict[str, Callable[..., Any]] = {}
+
+
+def threads(refs: int) -> int:
+    """How many threads work over ``refs`` references uses: the cores this process may run on
+    (at most ``MAX_THREADS``), one below ``PARALLEL_MIN_REFS``."""
+    if refs < PARALLEL_MIN_REFS or MAX_THREADS <= 1:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
+
+
+def in_threads(calls: Sequence[Callable[[], Any]], n: int) -> list[Any]:
+    """Each of ``calls``, on up to ``n`` threads at once; their results in order."""
+    if n <= 1 or len(calls) <= 1:
+        return [c() for c in calls]
+    with ThreadPoolExecutor(min(n, len(calls))) as pool:
+        return list(pool.map(lambda c: c(), calls))
 
 
 def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,6 +142,39 @@ def stack_kernel(ids, sizes, req, count, last, osize, tree, slot_obj):
         slot_obj[nxt] = x
         last[x] = nxt
         nxt += 1
+    return req
+
+
+def stack_join_kernel(ids, sizes, req, count, last, osize, tree):
+    """``stack_kernel``'s results over a later part of a trace (``ids``, ``sizes``), passed
+    alone (``req``, ``count``: -1 at each first reference within the part), joined to the pass
+    over what came before it (``last``, ``osize``, ``tree``: that pass's buffers at its end; an
+    object keeps its size across the parts). A first reference within the part to an object seen before
+    needs its size, the distinct objects of the part before it, and the objects above its last
+    slot in the earlier pass that the part has not used yet (removed from ``tree`` as the part
+    uses them)."""
+    cap = len(tree) // 2 - 1
+    total = seen = new = new1 = 0
+    k = cap
+    while k > 0:
+        total, seen, k = total + tree[2 * k], seen + tree[2 * k + 1], k - (k & -k)
+    for i in range(len(ids)):
+        if req[i] >= 0:
+            continue
+        x = ids[i]
+        s, p = osize[x], last[x]
+        if p < 0:  # new to both parts: its first reference
+            new, new1 = new + sizes[i], new1 + 1
+            continue
+        pre = pre1 = 0
+        k = p
+        while k > 0:
+            pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
+        req[i], count[i] = s + new + total - pre, 1 + new1 + seen - pre1
+        k = p
+        while k <= cap:
+            tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
+        total, seen, new, new1 = total - s, seen - 1, new + s, new1 + 1
     return req
 
 
@@ -247,6 +311,22 @@ def group_kernel(packed, bits, obj_sizes, obj_tokens, lo, lead):
         cols[2, k] = t
         cols[3, k] = f
     return caps[: k + 1], cols[:, : k + 1]
+
+
+def first_kernel(keys, table, ids, first):
+    """Dense ids of ``keys`` in order of first appearance (``ids``), and the index of each id's
+    first key (``first``); returns how many. ``table``: -1, its length a power of two above
+    ``len(keys)`` (open addressing by a multiplicative hash, linear probing)."""
+    mask, n = len(table) - 1, 0
+    for i in range(len(keys)):
+        key = keys[i]
+        h = ((key * 6364136223846793005) >> 29) & mask
+        while table[h] >= 0 and keys[first[table[h]]] != key:
+            h = (h + 1) & mask
+        if table[h] < 0:
+            table[h], first[n], n = n, i, n + 1
+        ids[i] = table[h]
+    return n
 
 
 def touch_kernel(ids, row_start, req, obj_sizes, last, prev):
@@ -655,14 +735,13 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
     ``bounds[2i + 1]`` in the entry unit; ``bounds[2n + 2i]``, ``[2n + 2i + 1]`` in entries;
     -1: never hits), and its object's previous reference (``prev``, -1: none).
 
-    A completion puts its request's hits (last use first), then its misses, on top of the
-    recency order, and the cache holds the longest top run that fits: a lookup hits iff its
-    size plus all sizes above it fit. Above it: the objects of every later request (a Fenwick
-    tree over recency slots, as ``stack_kernel``), and those of its own last request Q placed
-    above it, which depends on their hits at that capacity (none to all of Q's others).
-    ``obj[8x:8x + 8]``: x's last reference and request, slot, first and last reference in the
-    current request, size, the first and last slot of its last request's block; ``state``: next request, next slot, total
-    size, objects; returns when a request may not find free slots (``compact_kernel``)."""
+    A lookup hits iff its size plus all sizes above it in the recency order fit (see
+    ``sampled``): the objects of every later request (a Fenwick tree over recency slots, as
+    ``stack_kernel``), and those of its last request Q placed above it (none to all of Q's
+    others, by their hits). ``obj[8x:8x + 8]``: x's last reference and request, slot, first and last reference in the
+    current request, size, its last request's first and last slot; ``state``: next request,
+    next slot, total size, objects; returns when a request may not find free slots
+    (``compact_kernel``)."""
     cap, half = len(slot_obj) - 1, 2 * len(ids)
     r, nslot, total, seen = state[0], state[1], state[2], state[3]
     while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:
@@ -670,8 +749,7 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
         first = nslot  # the request's objects take the next slots, one each
         for i in range(a, b):  # lookups
             o = 8 * ids[i]
-            f = obj[o + 3]
-            first -= f < a
+            f, first = obj[o + 3], first - (obj[o + 3] < a)
             prev[i] = obj[o + 4] if f >= a else obj[o]
             obj[o + 4], p = i, prev[i]
             if f >= a or p < 0:  # a repeat inside the request (as its first copy), or new
@@ -682,15 +760,18 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
             obj[o + 3], k, pre, pre1 = i, obj[o + 2], 0, 0
             while k > 0:
                 pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
-            k, before, before1 = obj[o + 6] - 1, pre - obj[o + 5], pre1 - 1  # Q's block of
-            while k > 0:  # slots: its others still there sit before x's slot or after it
-                before, before1, k = before - tree[2 * k], before1 - tree[2 * k + 1], k - (k & -k)
-            k, after, after1 = obj[o + 7], -pre, -pre1
-            while k > 0:
-                after, after1, k = after + tree[2 * k], after1 + tree[2 * k + 1], k - (k & -k)
+            for side in range(2):  # Q's block: its others still there before x's slot,
+                lo = obj[o + 6] - 1 if side == 0 else obj[o + 2]  # then after it: sums over
+                hi, acc, acc1 = obj[o + 2] - 1 if side == 0 else obj[o + 7], 0, 0  # (lo, hi],
+                while lo != hi:  # walked from both ends until they meet (close: a few steps)
+                    j, sign = (hi, 1) if hi > lo else (lo, -1)
+                    acc, acc1 = acc + sign * tree[2 * j], acc1 + sign * tree[2 * j + 1]
+                    hi, lo = (hi - (hi & -hi), lo) if hi > lo else (hi, lo - (lo & -lo))
+                if side == 0:
+                    before, before1 = acc, acc1
             top, top1 = obj[o + 5] + total - pre, 1 + seen - pre1  # Q's later ones are above
-            bounds[2 * i], bounds[2 * i + 1] = top - after, top + before
-            bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - after1, top1 + before1
+            bounds[2 * i], bounds[2 * i + 1] = top - acc, top + before
+            bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - acc1, top1 + before1
         first, last = nslot, 2 * nslot - first - 1  # the block of slots they take
         for i in range(a, b):  # completion: the request's objects on top, last use first
             o = 8 * ids[i]
@@ -701,14 +782,62 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
             slot_obj[k] = -1
             while 0 < k <= cap:
                 tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
-            k = nslot
-            obj[o + 2], slot_obj[nslot], nslot = nslot, ids[i], nslot + 1
+            k, obj[o + 2], slot_obj[nslot], nslot = nslot, nslot, ids[i], nslot + 1
             while k <= cap:
                 tree[2 * k], tree[2 * k + 1], k = tree[2 * k] + s, tree[2 * k + 1] + 1, k + (k & -k)
             obj[o], obj[o + 1], obj[o + 6], obj[o + 7] = i, r, first, last
         r += 1
     state[0], state[1], state[2], state[3] = r, nslot, total, seen
     return state
+
+
+def bounds_join_kernel(row_start, ids, bounds, prev, obj, tree, first_row, done):
+    """``bounds_kernel``'s results over the requests from ``first_row`` on, passed alone
+    (``bounds`` and ``prev`` at the trace's positions: -1 at each first reference within them),
+    joined to the pass over the requests before (``obj``, ``tree``: that pass's buffers at its
+    end). The first lookup there of an object seen before sees the earlier pass's recency
+    slots less the objects completed since (removed from ``tree`` as their requests complete;
+    ``done``: 0 per object, 1 once completed there), with those completed objects above
+    it."""
+    cap, half = len(tree) // 2 - 1, 2 * len(ids)
+    total = seen = moved = moved1 = 0
+    k = cap
+    while k > 0:
+        total, seen, k = total + tree[2 * k], seen + tree[2 * k + 1], k - (k & -k)
+    for r in range(first_row, len(row_start) - 1):
+        a, b = row_start[r], row_start[r + 1]
+        for i in range(a, b):  # lookups
+            o, p = 8 * ids[i], prev[i]
+            if p >= a:  # a repeat inside the request: as its previous copy
+                for c in (0, 1, half, half + 1):
+                    bounds[2 * i + c] = bounds[2 * p + c]
+                continue
+            if p >= 0 or obj[o] < 0:
+                continue  # its last request is in this part, or it is new
+            k, pre, pre1 = obj[o + 2], 0, 0
+            while k > 0:
+                pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
+            k, before, before1 = obj[o + 6] - 1, pre - obj[o + 5], pre1 - 1
+            while k > 0:
+                before, before1, k = before - tree[2 * k], before1 - tree[2 * k + 1], k - (k & -k)
+            k, after, after1 = obj[o + 7], -pre, -pre1
+            while k > 0:
+                after, after1, k = after + tree[2 * k], after1 + tree[2 * k + 1], k - (k & -k)
+            top, top1 = obj[o + 5] + total - pre + moved, 1 + seen - pre1 + moved1
+            bounds[2 * i], bounds[2 * i + 1] = top - after, top + before
+            bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - after1, top1 + before1
+            prev[i] = obj[o]
+        for i in range(a, b):  # completion: the request's objects leave the earlier slots
+            x = ids[i]
+            if done[x]:
+                continue
+            done[x], s, k = 1, obj[8 * x + 5], obj[8 * x + 2]  # slot 0: not in the earlier
+            moved, moved1 = moved + s, moved1 + 1
+            if k > 0:
+                total, seen = total - s, seen - 1
+            while 0 < k <= cap:
+                tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
+    return bounds
 
 
 def compact_kernel(obj, tree, slot_obj, state):
@@ -741,14 +870,14 @@ def compact_kernel(obj, tree, slot_obj, state):
     return state
 
 
-def hits_kernel(bounds, col, caps, mask, amb):
-    """Hit bits (``mask[i]``: bit k where reference i hits at capacity k; ``caps`` ascending,
-    at most 62, each holding every entry) from ``bounds_kernel``'s bounds (``col`` 0: the
-    entry unit, 2n: entries): below the low bound a miss, from the high bound a hit. The
-    references with capacities between their bounds are listed in ``amb`` for
-    ``decide_kernel``; returns how many."""
-    nk, full, namb = len(caps), (1 << len(caps)) - 1, 0
-    for i in range(len(mask)):
+def hits_kernel(bounds, col, caps, mask, amb, start, end):
+    """Hit bits of references ``start`` to ``end`` (``mask[i]``: bit k where reference i hits
+    at capacity k; ``caps`` ascending, at most 62, each holding every entry) from
+    ``bounds_kernel``'s bounds (``col`` 0: the entry unit, 2n: entries): below the low bound a
+    miss, from the high bound a hit. The references with capacities between their bounds are
+    listed in ``amb`` from ``start`` for ``decide_kernel``; returns where the list ends."""
+    nk, full, namb = len(caps), (1 << len(caps)) - 1, start
+    for i in range(start, end):
         lo, hi = bounds[col + 2 * i], bounds[col + 2 * i + 1]
         if hi <= caps[0] or lo < 0 or lo > caps[nk - 1]:  # the same at every capacity
             mask[i] = full if hi <= caps[0] and lo >= 0 else 0
@@ -770,12 +899,14 @@ def hits_kernel(bounds, col, caps, mask, amb):
     return namb
 
 
-def decide_kernel(row_start, ref_row, ids, w, bounds, col, prev, nxt, caps, mask, amb, namb):
-    """``hits_kernel``'s undecided references, in trace order: x's need at capacity k is, when
+def decide_kernel(row_start, ref_row, ids, w, bounds, col, prev, nxt, caps, mask, amb, start,
+                  end):
+    """``hits_kernel``'s undecided references ``amb[start:end]``, in trace order (those of
+    every earlier reference decided first): x's need at capacity k is, when
     x hit in its last request Q, the high bound minus Q's others looked up before x that hit
     there, else the low bound plus Q's others looked up after x that missed there (others
     still there: not used again before this request)."""
-    for t in range(namb):
+    for t in range(start, end):
         i = amb[t]
         p, a, x = prev[i], row_start[ref_row[i]], ids[i]
         if p >= a:  # a repeat inside the request: as its previous copy
@@ -796,15 +927,16 @@ def decide_kernel(row_start, ref_row, ids, w, bounds, col, prev, nxt, caps, mask
     return mask
 
 
-def miss_count_kernel(row_start, ids, info, mask, bitpos, runs, out):
-    """Misses from hit bits (``mask``, ``len(runs) // width - 1`` capacities), counted as
+def miss_count_kernel(row_start, ids, info, mask, bitpos, runs, out, first, last):
+    """Misses of requests ``first`` to ``last`` from hit bits (``mask``, ``len(runs) // width
+    - 1`` capacities), counted as
     ``fifo_batch_kernel`` counts them: a reference (or request) missing at one run of
     capacities [lo, hi) is added at its ends in ``runs`` (+1 at lo, -1 at hi; summed into
     ``out`` at the end); others bit by bit (``bitpos[b % 67]``: the position of the bit b)."""
     width = len(runs) - len(out)
     nk = len(out) // width
     full = (1 << nk) - 1
-    for r in range(len(row_start) - 1):
+    for r in range(first, last):
         any_miss = 0
         for i in range(row_start[r], row_start[r + 1]):
             m = full & ~mask[i]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -60,9 +61,12 @@ def required_capacity(ids: np.ndarray, sizes: np.ndarray, num_objects: int | Non
 
 
 def required_capacities(ids: np.ndarray, sizes: np.ndarray, num_objects: int | None = None,
-                        compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        compiled: bool | None = None, parts: int | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`required_capacity`, and the same in entries (an LRU counting entries), from one
-    pass."""
+    pass. ``parts`` (compiled only): 2 passes the trace's halves on two threads and joins them
+    (``kernels.stack_join_kernel``; the same answers); default: 2 where ``kernels.threads``
+    gives two or more."""
     ids = np.ascontiguousarray(ids, np.int64)
     sizes = np.ascontiguousarray(sizes, np.int64)
     n = ids.size
@@ -75,10 +79,21 @@ def required_capacities(ids: np.ndarray, sizes: np.ndarray, num_objects: int | N
         K.stack_kernel(ids.tolist(), sizes.tolist(), out, out1, [-1] * m, [0] * m,
                        [0] * (2 * slots + 2), [-1] * (slots + 1))
         return np.array(out, np.int64), np.array(out1, np.int64)
+    parts = (2 if K.threads(n) > 1 else 1) if parts is None else parts
     req, count = np.empty(n, np.int64), np.empty(n, np.int64)
-    K.compiled(K.stack_kernel)(ids, sizes, req, count, np.full(m, -1, np.int64),
-                               np.zeros(m, np.int64), np.zeros(2 * slots + 2, np.int64),
-                               np.full(slots + 1, -1, np.int64))
+    cut = [0, n // 2, n] if parts == 2 else [0, n]
+    bufs = [(np.full(m, -1, np.int64), np.zeros(m, np.int64), np.zeros(2 * slots + 2, np.int64),
+             np.full(slots + 1, -1, np.int64)) for _ in cut[1:]]
+    fn = K.compiled(K.stack_kernel)
+    K.in_threads([partial(fn, ids[a:b], sizes[a:b], req[a:b], count[a:b], *buf)
+                  for a, b, buf in zip(cut, cut[1:], bufs)], parts)
+    if parts == 2:  # the second half's first references, joined to the first half's pass
+        (last, osize, tree, _), (last2, osize2, _, _) = bufs
+        both = (last >= 0) & (last2 >= 0)
+        if not np.array_equal(osize[both], osize2[both]):  # a key's size changed: one pass
+            return required_capacities(ids, sizes, m, True, 1)
+        K.compiled(K.stack_join_kernel)(ids[cut[1]:], sizes[cut[1]:], req[cut[1]:],
+                                        count[cut[1]:], last, osize, tree)
     return req, count
 
 
@@ -270,29 +285,34 @@ def _curves(ids, obj_sizes, obj_tokens, ref_row, oversize: str, obj_bytes, obj_m
     if ids.size and sizes.min() <= 0:
         raise UserError("cache entry sizes must be positive")
     m = obj_sizes.size
-    parts = []
-    lo = 0
+    tiers = np.zeros(1, np.int64)
     if oversize == "bypass" and ids.size:
         used = np.bincount(ids, minlength=m).astype(bool)  # O(N): no sort of the trace
         tiers = np.unique(obj_sizes[used])
-        for t_lo, t_hi in zip(tiers[:-1], tiers[1:]):
-            # larger objects are bypassed at capacities in [t_lo, t_hi): a pass without them
-            sub = _tier_required(ids, obj_sizes, sizes, int(t_lo), int(t_hi), int(tiers[0]), m)
-            parts.append(_step_curve(sub, ids, obj_bytes, obj_tokens, ref_row, int(t_lo),
-                                     int(t_hi), obj_mod))
-        lo = int(tiers[-1])
-    req, count = required_capacities(ids, sizes, m)
-    if parts:  # the tiers' pieces are small: the large last piece is written after them
-        below = _join(parts)
+
+    def tier(t_lo: int, t_hi: int) -> list[np.ndarray]:
+        # larger objects are bypassed at capacities in [t_lo, t_hi): a pass without them
+        sub = _tier_required(ids, obj_sizes, sizes, t_lo, t_hi, int(tiers[0]), m)
+        return _step_curve(sub, ids, obj_bytes, obj_tokens, ref_row, t_lo, t_hi, obj_mod)
+    # the tiers' passes beside the whole trace's (itself on two threads where it may)
+    *parts, (req, count) = K.in_threads(
+        [*(partial(tier, int(a), int(b)) for a, b in zip(tiers[:-1], tiers[1:])),
+         lambda: required_capacities(ids, sizes, m)], K.threads(ids.size))
+    lo = int(tiers[-1]) if oversize == "bypass" and ids.size else 0
+
+    def byte_curve() -> Curve:
+        if not parts:
+            return Curve.of(_join([_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo,
+                                               obj_mod=obj_mod)]))
+        below = _join(parts)  # the tiers' pieces are small: the large last one written after
         lead = below[0].size + 1
-        curve = Curve.of(_join_into(below, _step_curve(req, ids, obj_bytes, obj_tokens, ref_row,
-                                                       lo, obj_mod=obj_mod, lead=lead), lead))
-    else:
-        curve = Curve.of(_join([_step_curve(req, ids, obj_bytes, obj_tokens, ref_row, lo,
-                                            obj_mod=obj_mod)]))
-    if not entries:
-        return curve, None
-    return curve, curve_of(count, ids, obj_sizes, obj_tokens, ref_row, obj_mod)
+        return Curve.of(_join_into(below, _step_curve(req, ids, obj_bytes, obj_tokens, ref_row,
+                                                      lo, obj_mod=obj_mod, lead=lead), lead))
+    # the curve in bytes beside the one in entries
+    curve, *count_curve = K.in_threads(
+        [byte_curve, *([lambda: curve_of(count, ids, obj_sizes, obj_tokens, ref_row, obj_mod)]
+                       if entries else [])], K.threads(ids.size))
+    return curve, (count_curve[0] if entries else None)
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,

@@ -12,6 +12,7 @@ from ..caches.targets import UNIT_SCALE
 from ..errors import UserError
 from ..vlm import VisionModel
 from . import concurrency, tiers
+from . import kernels as K
 from . import sampled as S
 from . import targets as T
 from .lru import OVERSIZE, Curve, curve_of, lru_curves, required_capacities
@@ -235,12 +236,16 @@ def _span_eval(t: CacheTarget, trace: Trace, sizes, tokens, want_curve: bool) ->
     request's distinct items together (the span), exact replays of the model below it."""
     span = T.request_span(trace, sizes)
     req, count = required_capacities(trace.ids, sizes[trace.ids], sizes.size)
-    count_curve = curve_of(count, trace.ids, sizes, tokens, trace.ref_row, trace.modality)
-    how = "one-pass stack curve by release order"
-    if t.touch_request_first:
-        req, how = T.touch_required(trace, sizes, req), "stack distance at each request's start"
-    curve = Curve.of(T._step_curve(req, trace.ids, sizes, tokens, trace.ref_row, span,
-                                   obj_mod=trace.modality))
+    how = ("stack distance at each request's start" if t.touch_request_first
+           else "one-pass stack curve by release order")
+
+    def byte_curve() -> Curve:
+        need = T.touch_required(trace, sizes, req) if t.touch_request_first else req
+        return Curve.of(T._step_curve(need, trace.ids, sizes, tokens, trace.ref_row, span,
+                                      obj_mod=trace.modality))
+    curve, count_curve = K.in_threads(  # the two curves side by side
+        [byte_curve, lambda: curve_of(count, trace.ids, sizes, tokens, trace.ref_row,
+                                      trace.modality)], K.threads(trace.ids.size))
     pts = _replay_points(t, trace, sizes, tokens, fifo=False)
 
     def at(c):

@@ -24,6 +24,7 @@ counter's searches start wide and replay the neighbours of each predicted answer
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -229,18 +230,27 @@ class _Misses:
 
 def _batched(misses: _Misses, w: np.ndarray, used: np.ndarray, caps: np.ndarray,
              needs: np.ndarray, run: Callable[[np.ndarray, np.ndarray], np.ndarray],
-             batch: int = BATCH) -> list:
+             batch: int = BATCH, split: bool = True) -> list:
     """Counts at ``caps``, ``BATCH`` capacities a ``run(capacities, stops)``: a capacity with a
     hit target stops once its misses leave fewer hits (None); a capacity below every entry's
-    weight ``w`` keeps nothing (no replay: nothing hits)."""
+    weight ``w`` keeps nothing (no replay: nothing hits). On a long trace, with ``split``, the
+    passes run on ``kernels.threads`` threads, at least a pass each (capacities dealt in turn:
+    the small ones, which miss most, spread over them)."""
     smallest = int(w[used].min()) if used.size else 1
     zero = misses.counts(np.asarray(misses.total, np.int64))[0]
     out: list = [zero] * caps.size
     live = np.flatnonzero(caps >= smallest)
     stops = np.where(needs >= 0, misses.total[0] - np.ceil(needs), -1).astype(np.int64)
-    for i in range(0, live.size, batch):
-        part = live[i:i + batch]
-        got = np.asarray(run(caps[part], stops[part]), np.int64).reshape(-1, misses.width)
+    n = min(K.threads(misses.total[0]), live.size) if split else 1
+    if n > 1:
+        passes = -(-live.size // batch)
+        passes = -(-passes // n) * n  # a multiple of the threads
+        parts = [live[j::passes] for j in range(passes)]
+    else:
+        parts = [live[i:i + batch] for i in range(0, live.size, batch)]
+    done = K.in_threads([partial(run, caps[p], stops[p]) for p in parts], n)
+    for part, got in zip(parts, done):
+        got = np.asarray(got, np.int64).reshape(-1, misses.width)
         for j, row, counts in zip(part, got, misses.counts(got)):
             out[j] = None if row[0] > stops[j] >= 0 else counts
     return out
@@ -297,7 +307,8 @@ def completion_counter(trace: Trace, sizes: np.ndarray, tokens: np.ndarray,
                 ids.size * k)
         if one is not None and not flush:  # counted in full anyway: keep every count
             needs = np.where(caps >= (int(w[used].max()) if used.size else 0), -1.0, needs)
-        return _batched(misses, w, used, caps, needs, run, BATCH if one is None else 62)
+        return _batched(misses, w, used, caps, needs, run, BATCH if one is None else 62,
+                        split=one is None)  # one request at a time: its own threads
     if one is not None and not flush:  # from the largest entry up, a pass costs the same
         top = int(sizes[used].max()) if used.size else 0
         counter.cheap = lambda unit: 1 if unit else top  # type: ignore[attr-defined]
@@ -333,10 +344,11 @@ class OneAtATime:
         smallest = int(w[self.used].min()) if self.used.size else 1
         fits = part >= top
         small = ~fits & (part // smallest + 2 <= SMALL_DEPTH)
-        if fits.any():
-            out[fits] = self._bounded(unit, part[fits]).reshape(-1, width)
-        if small.any():
-            out[small] = self._small(w, part[small], smallest).reshape(-1, width)
+        calls = [lambda: (fits, self._bounded(unit, part[fits])),
+                 lambda: (small, self._small(w, part[small], smallest))]
+        for sel, got in K.in_threads([c for c, sel in zip(calls, (fits, small)) if sel.any()],
+                                     K.threads(self.ids.size)):  # the two side by side
+            out[sel] = got.reshape(-1, width)
         rest = ~fits & ~small
         if rest.any():
             out[rest] = self._replay(w, part[rest], stop[rest]).reshape(-1, width)
@@ -346,24 +358,35 @@ class OneAtATime:
         sizes = np.ascontiguousarray(self.misses.info[0::3])
         if self._bounds is None:
             self._bounds = bounds(self.ids, self.row_start, sizes)
-        b, prev, nxt = self._bounds
         k, width, n = part.size, self.misses.width, self.ids.size
         order = np.argsort(part, kind="stable")  # the kernels take them ascending
         if self._work is None:  # hit bits and undecided references: one buffer each
             self._work = (np.empty(n, np.int64), np.empty(n, np.int64))
-        args = [self.row_start, self.ref_row, self.ids, sizes, self.misses.info, b, prev, nxt,
-                part[order], *self._work, BITPOS,
-                np.zeros((k + 1) * width, np.int64), np.zeros(k * width, np.int64)]
+        nt = K.threads(n)  # the trace cut at requests into a part per thread
+        rows = np.unique([0, *(int(self.ref_row[n * j // nt]) for j in range(1, nt)),
+                          self.row_start.size - 1]).tolist()
+        refs = self.row_start[rows].tolist()
+        args = [self.row_start, self.ref_row, self.ids, sizes, self.misses.info, *self._bounds,
+                part[order], *self._work, BITPOS]
         if K.for_size(K.hits_kernel, n) is K.hits_kernel:  # plain Python: on lists
             args = [a.tolist() for a in args]
-        rs, rows, ids, sz, info, b, prev, nxt, caps, mask, amb, bitpos, runs, got = args
+        rs, rr, ids, sz, info, b, prev, nxt, caps, mask, amb, bitpos = args
         col = 2 * n if unit else 0
-        namb = int(K.for_size(K.hits_kernel, n)(b, col, caps, mask, amb))
-        K.for_size(K.decide_kernel, n)(rs, rows, ids, sz, b, col, prev, nxt, caps, mask, amb,
-                                        namb)
-        K.for_size(K.miss_count_kernel, n)(rs, ids, info, mask, bitpos, runs, got)
+        hits = K.for_size(K.hits_kernel, n)
+        ends = K.in_threads([partial(hits, b, col, caps, mask, amb, a, e)
+                             for a, e in zip(refs, refs[1:])], nt)
+        for a, e in zip(refs, ends):  # in trace order: a decision reads earlier ones
+            K.for_size(K.decide_kernel, n)(rs, rr, ids, sz, b, col, prev, nxt, caps, mask, amb,
+                                            a, int(e))
+        count = K.for_size(K.miss_count_kernel, n)
+
+        def misses(a: int, e: int) -> np.ndarray:  # requests a to e, into buffers of their own
+            zeros = [np.zeros(size, np.int64) for size in ((k + 1) * width, k * width)]
+            bufs = [z.tolist() for z in zeros] if isinstance(rs, list) else zeros
+            return np.asarray(count(rs, ids, info, mask, bitpos, *bufs, a, e), np.int64)
+        got = K.in_threads([partial(misses, a, e) for a, e in zip(rows, rows[1:])], nt)
         out = np.empty((k, width), np.int64)
-        out[order] = np.asarray(got, np.int64).reshape(k, width)
+        out[order] = np.sum(got, axis=0).reshape(k, width)
         return out
 
     def _small(self, w: np.ndarray, part: np.ndarray, smallest: int) -> np.ndarray:
@@ -385,10 +408,39 @@ class OneAtATime:
             np.zeros(k * self.misses.width, np.int64)], self.ids.size * k)
 
 
-def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
+def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray, parts: int | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``kernels.bounds_kernel`` over a trace: per reference its bounds (``w``'s unit, then
-    entries), its object's previous and next reference."""
+    entries), its object's previous and next reference. ``parts`` (compiled only): 2 passes
+    the trace's halves, cut at a request, on two threads and joins them
+    (``kernels.bounds_join_kernel``; the same answers); default: 2 where ``kernels.threads``
+    gives two or more."""
+    n, m = ids.size, int(w.size)
+    nt = K.threads(n)
+    cut = int(np.searchsorted(row_start, n // 2))  # the first request of the second half
+    nxt = partial(_next, ids, m)
+    if (nt if parts is None else parts) < 2 or not 0 < cut < row_start.size - 1 or \
+            K.for_size(K.bounds_kernel, n) is K.bounds_kernel:
+        (b, prev, _, _), after = K.in_threads([partial(_bounds_pass, ids, row_start, w), nxt],
+                                              nt)
+        return b, prev, after
+    at = int(row_start[cut])
+    one, two, after = K.in_threads([partial(_bounds_pass, ids[:at], row_start[:cut + 1], w),
+                                    partial(_bounds_pass, ids[at:], row_start[cut:] - at, w),
+                                    nxt], max(nt, 2))
+    b = np.empty(4 * n, np.int64)  # each half's bounds in the unit, then in entries
+    b[:2 * at], b[2 * n:2 * n + 2 * at] = one[0][:2 * at], one[0][2 * at:]
+    b[2 * at:2 * n], b[2 * n + 2 * at:] = two[0][:2 * (n - at)], two[0][2 * (n - at):]
+    prev = np.concatenate([one[1], np.where(two[1] >= 0, two[1] + at, -1)])
+    K.compiled(K.bounds_join_kernel)(row_start, ids, b, prev, one[2], one[3], cut,
+                                     np.zeros(m, np.int64))
+    return b, prev, after
+
+
+def _bounds_pass(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
+    """``kernels.bounds_kernel`` over the requests of ``row_start`` (compacting as it needs):
+    bounds, previous references, and its per-object state and Fenwick trees at the end."""
     n, m = ids.size, int(w.size)
     slots = 2 * m + 2 + (int(np.diff(row_start).max()) if n else 0)  # room for any request
     obj = np.full((m, 8), -1, np.int64)
@@ -404,9 +456,14 @@ def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
         if args[-1][0] >= row_start.size - 1:
             break
         compact(*args[4:])
-    nxt = K.for_size(K.next_kernel, n)(ids, np.empty(n, np.int64), np.full(m, -1, np.int64))
-    return np.asarray(args[2], np.int64), np.asarray(args[3], np.int64), np.asarray(nxt,
-                                                                                  np.int64)
+    return tuple(np.asarray(a, np.int64) for a in args[2:6])
+
+
+def _next(ids: np.ndarray, m: int) -> np.ndarray:
+    """Per reference, its object's next reference (-1: none)."""
+    n = ids.size
+    return np.asarray(K.for_size(K.next_kernel, n)(ids, np.empty(n, np.int64),
+                                                   np.full(m, -1, np.int64)), np.int64)
 
 
 def completion_log(ids: np.ndarray, row_start: np.ndarray

@@ -91,7 +91,7 @@ def set_trace(trace: Trace, sizes: np.ndarray, tokens: np.ndarray
         packed = np.zeros(keys.shape[0], np.int64)
         for k in range(width):
             packed = packed * m + (keys[:, k] + 1)
-        _, first, set_ids = np.unique(packed, return_index=True, return_inverse=True)
+        set_ids, first = first_ids(packed)
     else:
         _, first, set_ids = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     set_ids = set_ids.reshape(-1).astype(np.int64)
@@ -100,6 +100,20 @@ def set_trace(trace: Trace, sizes: np.ndarray, tokens: np.ndarray
     set_sizes = row_bytes[rows][first].astype(np.int64)
     set_tokens = row_tokens[rows][first].astype(np.int64)
     return set_ids, rows, set_sizes, set_tokens
+
+
+def first_ids(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids of int64 ``keys`` in order of first appearance, and each id's first index
+    (``kernels.first_kernel``: a hash table, where ``np.unique`` would sort)."""
+    n = int(keys.size)
+    table = np.full(1 << max(int(2 * n).bit_length(), 1), -1, np.int64)
+    ids, first = np.empty(n, np.int64), np.empty(n, np.int64)
+    fn = K.for_size(K.first_kernel, n)
+    if fn is K.first_kernel:
+        lists = [a.tolist() for a in (keys, table, ids, first)]
+        count = fn(*lists)
+        return np.asarray(lists[2], np.int64), np.asarray(lists[3][:count], np.int64)
+    return ids, first[:fn(keys, table, ids, first)]
 
 
 def set_curve(trace: Trace, sizes: np.ndarray, tokens: np.ndarray) -> Curve:
