@@ -757,18 +757,18 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
                     bounds[2 * i + c] = bounds[2 * f + c] if f >= a else -1
                 obj[o + 3] = f if f >= a else i
                 continue
-            obj[o + 3], k, pre, pre1 = i, obj[o + 2], 0, 0
+            obj[o + 3], k, pre, pre1, acc, acc1 = i, obj[o + 2], 0, 0, 0, 0
             while k > 0:
                 pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
-            for side in range(2):  # Q's block: its others still there before x's slot,
-                lo = obj[o + 6] - 1 if side == 0 else obj[o + 2]  # then after it: sums over
-                hi, acc, acc1 = obj[o + 2] - 1 if side == 0 else obj[o + 7], 0, 0  # (lo, hi],
-                while lo != hi:  # walked from both ends until they meet (close: a few steps)
-                    j, sign = (hi, 1) if hi > lo else (lo, -1)
+            for side in range(2):  # Q's block: its others still there before x's slot, then
+                before, before1 = acc, acc1  # after it: sums over (lo, hi], walked from both
+                lo = obj[o + 6 - 4 * side] - 1 + side  # ends until they meet (a few steps:
+                hi, acc, acc1 = obj[o + 2 + 5 * side] - 1 + side, 0, 0  # they are close)
+                while lo != hi:
+                    up = hi > lo
+                    j, sign = lo + up * (hi - lo), 2 * up - 1
                     acc, acc1 = acc + sign * tree[2 * j], acc1 + sign * tree[2 * j + 1]
-                    hi, lo = (hi - (hi & -hi), lo) if hi > lo else (hi, lo - (lo & -lo))
-                if side == 0:
-                    before, before1 = acc, acc1
+                    hi, lo = hi - up * (hi & -hi), lo - (1 - up) * (lo & -lo)
             top, top1 = obj[o + 5] + total - pre, 1 + seen - pre1  # Q's later ones are above
             bounds[2 * i], bounds[2 * i + 1] = top - acc, top + before
             bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - acc1, top1 + before1
