@@ -7,10 +7,12 @@
 The workers' folders are synthetic but shaped as ``bench --num-shards`` writes them
 (records.jsonl lines of ~1 KB with their metrics, a few failed requests, warmup), 4 workers.
 Each merge runs in a child process that times itself from before its imports to its exit:
-wall and CPU seconds, peak RSS (``ru_maxrss``), and where the CPU went (reading the records,
-the cache items and the records the prediction reads, the prediction's replay, its order
-band, the export's maths, writing). The run with cache items replays the merged prediction;
-its order band (``loadgen/band.py``) is reported apart.
+wall and CPU seconds, peak RSS (``ru_maxrss``), and where its CPU went (reading its share of
+the records, the cache items and the records the prediction reads, the prediction's replay,
+its order band, writing, and within writing the export's maths, done while forked writers
+serialise records.jsonl); the CPU of the processes it forks (readers, writers) beside. The
+run with cache items replays the merged prediction; its order band (``loadgen/band.py``) is
+reported apart.
 
 The machine may be shared: the load average is printed with each run, and CPU seconds beside
 wall seconds.
@@ -37,6 +39,8 @@ PHASES = (("mmdatagen.loadgen.merge_runs", "", "_table", "read records"),
           ("mmdatagen.export", "", "build_export", "export maths"),
           ("mmdatagen.report.aggregate", "", "run_aggregates", "aggregates"),
           ("mmdatagen.export", "", "write_exports", "write export"))
+#: phases timed inside another (the export's maths run within write_exports)
+NESTED = {"export maths", "aggregates"}
 
 
 def _load() -> str:
@@ -143,7 +147,7 @@ def _child(argv: list[str]) -> None:
 
     code = cli.main(["merge-runs", *argv], prog_name="mmdatagen", standalone_mode=False)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the merge's reader processes
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the merge's readers and writers
     print(json.dumps({"rc": code or 0, "wall": time.perf_counter() - t0,
                       "cpu": time.process_time() - c0, "user_sys": usage.ru_utime
                       + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024, "spent": spent,
@@ -152,8 +156,8 @@ def _child(argv: list[str]) -> None:
 
 
 def measure(dirs: list[Path], out: Path, processes: int = 0) -> dict:
-    """One merge of ``dirs`` in a child process (``processes`` readers, 0: one per core): its
-    times, peak RSS and phases."""
+    """One merge of ``dirs`` in a child process (``processes`` readers and writers, 0: one per
+    core): its times, peak RSS and phases."""
     res = subprocess.run([sys.executable, __file__, "--child", *map(str, dirs), "--output-dir",
                           str(out), "-q", "--no-report", "--workers", str(processes)],
                          capture_output=True, text=True, timeout=3600)
@@ -164,7 +168,7 @@ def measure(dirs: list[Path], out: Path, processes: int = 0) -> dict:
 
 def part_merge(tmp: Path, records: int, with_items: bool) -> None:
     """Print one line per merge (records alone; with cache items) against the goals, where
-    its CPU went, and (records alone) the same merge read by one process, for the ratio."""
+    its CPU went, and (records alone) the same merge in one process, for the ratio."""
     for items in (False, True) if with_items else (False,):
         t = time.perf_counter()
         dirs = fake_workers(tmp / f"items{int(items)}", records, 4, items)
@@ -175,9 +179,10 @@ def part_merge(tmp: Path, records: int, with_items: bool) -> None:
         what = "with cache items (merged prediction)" if items else "records + exports"
         print(f"merge-runs, {records:,} records from 4 workers ({size:.2f} GB of records.jsonl,"
               f" {what}): {res['wall']:.1f} s wall, {res['cpu']:.1f} s CPU (+ "
-              f"{res['children_cpu']:.1f} s in its readers), peak {res['rss_mib']:.0f} MiB "
-              f"(largest reader {res['children_rss_mib']:.0f} MiB) (goals: <= 10 s: "
-              f"{res['wall'] / 10:.2f} of it; <= 1 GB: {res['rss_mib'] / 1024:.2f} of it); "
+              f"{res['children_cpu']:.1f} s in its readers and writers), peak "
+              f"{res['rss_mib']:.0f} MiB (largest of those {res['children_rss_mib']:.0f} MiB) "
+              f"(goals: <= 10 s: {res['wall'] / 10:.2f} of it; <= 1 GB: "
+              f"{res['rss_mib'] / 1024:.2f} of it); "
               f"{load} -> {_load()} (inputs written in {made:.0f} s)")
         spent = res["spent"]
         own = spent.get("prediction (all)", 0.0) - sum(
@@ -186,11 +191,13 @@ def part_merge(tmp: Path, records: int, with_items: bool) -> None:
         if items:
             parts.append(("cache items + rest of prediction", own - spent.get("record objects",
                                                                               0.0)))
-        print("  CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in parts)
-              + f"; other (start-up, imports, merge) {res['cpu'] - sum(v for _, v in parts):.2f}")
+        print("  CPU s: " + ", ".join(f"{k} {v:.2f}" if k not in NESTED else f"({k} {v:.2f})"
+                                      for k, v in parts)
+              + "; other (start-up, imports, merge) "
+              + f"{res['cpu'] - sum(v for k, v in parts if k not in NESTED):.2f}")
         if not items:
             one = measure(dirs, tmp / "merged-one", processes=1)
-            print(f"  read by one process (--workers 1): {one['wall']:.1f} s wall, peak "
+            print(f"  in one process (--workers 1): {one['wall']:.1f} s wall, peak "
                   f"{one['rss_mib']:.0f} MiB; the pool's speed-up {one['wall'] / res['wall']:.2f}x"
                   f" ({_load()})")
 

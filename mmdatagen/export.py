@@ -5,12 +5,18 @@ lists and call :func:`build_export`; the shape is :mod:`mmdatagen.exportmodel`.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
+import operator
+import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import orjson
@@ -23,13 +29,14 @@ from .metrics import (
     RECORD_METRICS,
     RECORDS_NAME,
     SCHEMA_VERSION,
-    LineGroup,
+    LineBlock,
     Records,
     RecordTable,
     RequestRecord,
     as_table,
     error_summary,
     line_blocks,
+    line_order,
     metric_columns,
     phase_metrics,
     response_ends,
@@ -165,8 +172,9 @@ LINE_META: tuple[tuple[str, str], ...] = (
     ("image_hits", "image_hits"), ("image_misses", "image_misses"),
     ("server_ttft_ns", "server_ttft_ns"), ("predicted_hits", "predicted_hits"),
     ("dispatch_index", "dispatch_index"))
+_META_ROW = operator.itemgetter(*(key for key, _ in LINE_META))
 _CHUNK = 1 << 12  # rows a time: small enough that no buffer leaves the heap
-_BLOCK_BYTES = 1 << 22
+_BLOCK_BYTES = 1 << 17  # lines a time: their parsed metadata stays in the cache
 _WRITE_LINES = 64  # lines per write: few system calls, every buffer on the heap
 
 
@@ -177,76 +185,117 @@ def record_line(r: RequestRecord) -> dict[str, Any]:
             "metrics": metrics, "error": r.error}
 
 
-def _json_each(col: np.ndarray) -> tuple[list[bytes], bytes]:
-    """Each value's JSON as orjson writes it, and the template slot that takes it. One
-    ``orjson.dumps`` of the whole column, split where no value can hold the separator: a
-    comma between numbers, booleans and nulls; ``","`` between strings (inside a string a
-    quote is always escaped), whose quotes stay in the slot. An integer or boolean column is
-    written from its array (no Python int per value), :data:`NONE` as null."""
-    if col.dtype == np.int64 or col.dtype == bool:
-        if not col.size:
-            return [], b"%s"
-        missing = col == NONE if col.dtype == np.int64 else None
-        if missing is not None and missing.all():
-            return [b"null"] * col.size, b"%s"
-        each = orjson.dumps(np.ascontiguousarray(col), option=orjson.OPT_SERIALIZE_NUMPY
-                            )[1:-1].split(b",")
-        if missing is not None and missing.any():
-            marked = np.array(each, object)
-            marked[missing] = b"null"
-            each = marked.tolist()
-        return each, b"%s"
-    values = col.tolist()
-    if not values:
-        return [], b"%s"
-    if col.dtype != object:
-        return orjson.dumps(values)[1:-1].split(b","), b"%s"
+def _json_each(col: np.ndarray) -> tuple[list[bytes] | None, bytes]:
+    """Each value's JSON as orjson writes it, from one ``orjson.dumps`` of the whole column
+    split where no value can hold the separator (a comma between numbers, booleans and nulls;
+    ``","`` between strings: inside a string a quote is always escaped), and the quote that
+    goes around each (strings: ``"``). A column of one integer, boolean, string or null has
+    no values (None) and its one value's JSON instead."""
+    if not col.size:
+        return [], b""
+    if col.dtype == object:
+        return _json_objects(col.tolist())
+    if col.dtype != np.float64 and col.min() == col.max():  # one value (never -0.0 and 0.0)
+        return None, _json_array(col[:1])[0]
+    return _json_array(col), b""
+
+
+def _json_array(col: np.ndarray) -> list[bytes]:
+    """The values of an integer, boolean or float column written from the array (no Python
+    number per value; a float's text is its Python float's), :data:`NONE` and NaN as null."""
+    each = orjson.dumps(np.ascontiguousarray(col), option=orjson.OPT_SERIALIZE_NUMPY
+                        )[1:-1].split(b",")
+    if col.dtype == np.int64 and (missing := col == NONE).any():
+        marked = np.array(each, object)
+        marked[missing] = b"null"
+        each = marked.tolist()
+    return each
+
+
+def _json_objects(values: list) -> tuple[list[bytes] | None, bytes]:
+    """:func:`_json_each` of an object column's values (strings, errors, Python numbers)."""
     types = set(map(type, values))
     if types == {str}:
-        return orjson.dumps(values)[2:-2].split(b'","'), b'"%s"'
+        if values.count(values[0]) == len(values):
+            return None, orjson.dumps(values[0])
+        return orjson.dumps(values)[2:-2].split(b'","'), b'"'
+    if types == {type(None)}:
+        return None, b"null"
     if types <= {type(None), int, float, bool}:
-        return orjson.dumps(values)[1:-1].split(b","), b"%s"
-    return [b"null" if v is None else orjson.dumps(v) for v in values], b"%s"
+        return orjson.dumps(values)[1:-1].split(b","), b""
+    return [b"null" if v is None else orjson.dumps(v) for v in values], b""
 
 
-def _metric_slot(tag: str, first: bool) -> bytes:
-    """``"tag":{"value":%s,"unit":U}`` (comma-led unless ``first``): a present metric's slot."""
-    head = orjson.dumps(tag) + b':{"value":%s,"unit":'
-    return (b"" if first else b",") + head + orjson.dumps(RECORD_METRICS[tag][0]) + b"}"
+#: a line's pieces: the bytes between values, and the columns of values between them
+_Pieces = tuple[list[bytes], list[list[bytes]]]
 
 
-def _group_lines(group: LineGroup) -> list[bytes]:
-    """The lines of rows that all have the same metrics: one template with those metrics' keys
-    and units in it, filled with each row's values."""
-    cols, slots = zip(*(_json_each(group.cols[field]) for _, field in LINE_META))
-    meta = b",".join(orjson.dumps(key) + b":" + slot for (key, _), slot in zip(LINE_META, slots))
-    cols += tuple(_json_each(v)[0] for v in group.metrics.values())
-    cols += (_json_each(group.cols["error"])[0],)
-    template = (b'{"metadata":{' + meta + b'},"metrics":{'
-                + b"".join(_metric_slot(tag, i == 0) for i, tag in enumerate(group.metrics))
-                + b'},"error":%s}\n')
-    return [template % row for row in zip(*cols)]
+def _line_pieces(fields: list[tuple[list[bytes] | None, bytes]],
+                 metrics: dict[str, list[bytes]], tags: tuple[str, ...]) -> _Pieces:
+    """The constant bytes and the value columns of lines with the metrics ``tags``, in the
+    order of ``orjson.dumps(record_line(r))``: ``fields`` are :data:`LINE_META`'s then the
+    error, each :func:`_json_each`'s; a field of one value is written in the constants."""
+    consts: list[bytes] = []
+    values: list[list[bytes]] = []
+    text = b'{"metadata":{'
+
+    def put(each: list[bytes] | None, quote: bytes) -> None:
+        nonlocal text
+        if each is None:
+            text += quote
+            return
+        consts.append(text + quote)
+        values.append(each)
+        text = quote
+
+    for i, ((key, _), (each, quote)) in enumerate(zip(LINE_META, fields)):
+        text += (b"," if i else b"") + orjson.dumps(key) + b":"
+        put(each, quote)
+    text += b'},"metrics":{'
+    for i, tag in enumerate(tags):
+        text += (b"," if i else b"") + orjson.dumps(tag) + b':{"value":'
+        put(metrics[tag], b"")
+        text += b',"unit":' + orjson.dumps(RECORD_METRICS[tag][0]) + b"}"
+    text += b'},"error":'
+    put(*fields[-1])
+    consts.append(text + b"}\n")
+    return consts, values
 
 
-def _block_lines(size: int, groups: list[LineGroup]) -> list[bytes]:
-    """A block's lines in order: each group's from its own template, put back in place."""
-    if len(groups) == 1 and groups[0].rows is None:
-        return _group_lines(groups[0])
-    out = np.empty(size, object)
-    for group in groups:
-        out[group.rows] = _group_lines(group)
-    return out.tolist()
+def _run_bytes(pieces: _Pieces, start: int, stop: int) -> Iterator[bytes]:
+    """Lines ``start`` to ``stop`` of a block from their pieces, :data:`_WRITE_LINES` lines
+    a time: every piece in one list (constants and values interleaved), joined."""
+    consts, values = pieces
+    n, step = stop - start, len(consts) + len(values)
+    flat = [b""] * (n * step)
+    flat[0::step] = [consts[0]] * n
+    for j, (each, after) in enumerate(zip(values, consts[1:])):
+        flat[2 * j + 1::step] = each[start:stop]
+        flat[2 * j + 2::step] = [after] * n
+    size = _WRITE_LINES * step
+    for i in range(0, len(flat), size):
+        yield b"".join(flat[i:i + size])
 
 
-def record_lines(records: Records) -> Iterator[bytes]:
+def _block_bytes(block: LineBlock) -> Iterator[bytes]:
+    """A block's lines, run by run (rows of the same metrics share their pieces)."""
+    fields = [_json_each(block.cols[field]) for _, field in LINE_META]
+    fields.append(_json_each(block.cols["error"]))
+    metrics = {tag: _json_array(v) for tag, v in block.metrics.items()}
+    pieces: dict[tuple[str, ...], _Pieces] = {}
+    for start, stop, tags in block.runs:
+        if tags not in pieces:
+            pieces[tags] = _line_pieces(fields, metrics, tags)
+        yield from _run_bytes(pieces[tags], start, stop)
+
+
+def record_lines(records: Records, rows: np.ndarray | None = None) -> Iterator[bytes]:
     """The ``records.jsonl`` lines of ``records`` (a list or a table), by start time (ties in
-    the given order), in blocks of whole lines: the bytes of ``orjson.dumps(record_line(r))``
-    for each, written from whole columns through templates (no dict per line); the blocks
-    and their groups are ``metrics.line_blocks``'."""
-    for size, groups in line_blocks(records, _CHUNK):
-        lines = _block_lines(size, groups)
-        for i in range(0, len(lines), _WRITE_LINES):
-            yield b"".join(lines[i:i + _WRITE_LINES])
+    the given order; or the ``rows`` given), in blocks of whole lines: the bytes of
+    ``orjson.dumps(record_line(r))`` for each, written from whole columns (no dict per line);
+    the blocks and their runs are ``metrics.line_blocks``'."""
+    for block in line_blocks(records, _CHUNK, rows):
+        yield from _block_bytes(block)
 
 
 _OURS, _SPLIT = b'{"metadata":{', b'},"metrics":'
@@ -299,12 +348,11 @@ def _parse_block(path: Path, first: int, lines: list[bytes]) -> tuple[list[dict]
 def _table_block(path: Path, metas: list[dict], errors: list, numbers: list) -> RecordTable:
     from .errors import DatasetError
 
-    values: dict[str, Any] = {}
-    for key, field in LINE_META:
-        try:
-            values[field] = [m[key] for m in metas]
-        except KeyError:  # a line without it: None
-            values[field] = [m.get(key) for m in metas]
+    try:  # one C call a line, then the rows turned into columns
+        columns = list(zip(*map(_META_ROW, metas))) if metas else [()] * len(LINE_META)
+    except KeyError:  # a line without some key: None there
+        columns = [tuple(m.get(key) for m in metas) for key, _ in LINE_META]
+    values: dict[str, Any] = {field: list(col) for (_, field), col in zip(LINE_META, columns)}
     if None in values["start_ns"]:
         n = numbers[values["start_ns"].index(None)]
         raise DatasetError(f"{path}:{n}: not a {RECORDS_NAME} line (no request_start_ns)")
@@ -336,10 +384,106 @@ def read_records(path: Path) -> RecordTable:
     return RecordTable.concat(parts)
 
 
-def write_exports(out_dir: Path, records: Records, export: dict,
-                  extra: dict[str, Iterable[bytes]] | None = None) -> dict[str, Path]:
+#: what forked writers serialise, set before they are forked (nothing is pickled): the table,
+#: its lines' order, where its parts begin, which part each end has reached (shared)
+_FORKED: dict[str, Any] = {}
+_PART_ROWS = 1 << 16  # lines a part: what one process writes at a time
+
+
+def _claim(last: bool) -> int | None:
+    """The next part nobody has taken, from the last (a forked writer) or the first (the
+    parent); None once the two ends have met."""
+    ends = _FORKED["ends"]  # [the parent's next part, the last part a writer took]
+    with ends.get_lock():
+        if ends[0] >= ends[1]:
+            return None
+        if last:
+            ends[1] -= 1
+            return int(ends[1])
+        ends[0] += 1
+        return int(ends[0]) - 1
+
+
+def _part_lines(k: int) -> Iterator[bytes]:
+    cuts = _FORKED["cuts"]
+    return record_lines(_FORKED["table"], _FORKED["order"][cuts[k]:cuts[k + 1]])
+
+
+def _write_parts(paths: list[str]) -> None:
+    """A forked writer: parts from the last, part ``k`` into ``paths[k]``, until it meets
+    the parent."""
+    while (k := _claim(last=True)) is not None:
+        with open(paths[k], "wb") as fh:
+            fh.writelines(_part_lines(k))
+
+
+def _append(fh: IO[bytes], path: str) -> None:
+    """The bytes of ``path`` after ``fh``'s, copied by the kernel where it can."""
+    fh.flush()
+    with open(path, "rb") as src:
+        left = os.fstat(src.fileno()).st_size
+        try:
+            while left > 0 and (n := os.copy_file_range(src.fileno(), fh.fileno(), left)):
+                left -= n
+        except OSError as exc:  # no in-kernel copy between these files: the rest by reads
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+        shutil.copyfileobj(src, fh, 1 << 20)
+    fh.seek(0, os.SEEK_END)  # the buffered writer learns where the kernel left the file
+
+
+@contextlib.contextmanager
+def records_writer(fh: IO[bytes], records: Records, folder: Path,
+                   processes: int = 1) -> Iterator[None]:
+    """``records.jsonl``'s lines into ``fh`` (a file in ``folder``), done when the ``with``
+    block ends. With ``processes`` > 1, forked writers start at once on its parts from the
+    last (each into a temporary file in ``folder``) while the block runs; then this process
+    writes parts from the first until it meets them, and appends theirs in order: the same
+    bytes, both cores busy to the end."""
+    import multiprocessing
+
+    from .lifecycle import start_workers
+
+    t = as_table(records)
+    cuts = [*range(0, len(t), _PART_ROWS), len(t)]
+    if processes <= 1 or len(cuts) < 3:
+        yield
+        fh.writelines(record_lines(t))
+        return
+    parts = len(cuts) - 1
+    paths: list[str] = []
+    _FORKED.update(table=t, order=line_order(t), cuts=cuts,
+                   ends=multiprocessing.Array("q", [0, parts]))
+    try:
+        for _ in range(parts):
+            fd, path = tempfile.mkstemp(prefix=".records.", suffix=".part", dir=folder)
+            os.close(fd)
+            paths.append(path)
+        with start_workers(processes - 1) as pool:
+            writers = [pool.submit(_write_parts, paths) for _ in range(processes - 1)]
+            yield
+            first = 0  # the parts before it are this process's
+            while (k := _claim(last=False)) is not None:
+                fh.writelines(_part_lines(k))
+                first = k + 1
+            for writer in writers:
+                writer.result()
+            for path in paths[first:]:
+                _append(fh, path)
+    finally:
+        _FORKED.clear()
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def write_exports(out_dir: Path, records: Records, export: dict | Callable[[], dict],
+                  extra: dict[str, Iterable[bytes]] | None = None,
+                  processes: int = 1) -> dict[str, Path]:
     """Write ``profile_export_mmdatagen.json`` and ``records.jsonl`` (by start time) atomically,
-    with ``extra`` files (name -> lines) in the same group. ``records``: a list or a table."""
+    with ``extra`` files (name -> lines) in the same group. ``records``: a list or a table;
+    ``export``: the document, or what makes it (called while ``processes`` serialise the
+    records: :func:`records_writer`)."""
     from .errors import UserError
     from .io.atomic import atomic_group
 
@@ -350,10 +494,11 @@ def write_exports(out_dir: Path, records: Records, export: dict,
         raise UserError(f"cannot create output folder {out_dir}: {exc.strerror}") from None
     paths = {"export": out_dir / EXPORT_NAME, "records": out_dir / RECORDS_NAME}
     with atomic_group() as open_:  # both files or neither (a full disk leaves the old ones)
-        with open_(paths["export"]) as fh:
-            fh.write(orjson.dumps(export, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-        with open_(paths["records"]) as fh:
-            fh.writelines(record_lines(records))
+        with open_(paths["export"]) as fh, open_(paths["records"]) as records_fh:
+            with records_writer(records_fh, records, out_dir, processes):
+                doc = export() if callable(export) else export
+                fh.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2
+                                      | orjson.OPT_SERIALIZE_NUMPY))
         for name, lines in (extra or {}).items():
             paths[name] = out_dir / name
             with open_(paths[name]) as fh:

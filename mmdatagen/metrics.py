@@ -212,45 +212,45 @@ def metric_columns(t: RecordTable) -> dict[str, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class LineGroup:
-    """Rows of one block of ``records.jsonl`` that have the same metrics: their fields
-    (``cols``, as a :class:`RecordTable`'s), their present metrics in :func:`metric_columns`'
-    order, and where in the block they stand (``rows``; None: the whole block)."""
+class LineBlock:
+    """Consecutive rows of ``records.jsonl``: their fields (``cols``, as a
+    :class:`RecordTable`'s), every metric (:func:`metric_columns`: NaN where a row has none)
+    and the runs of rows that have the same metrics: ``(start, stop, tags)``, the tags of the
+    present metrics in :func:`metric_columns`' order (few runs: a success has them all, a
+    failure only its image count)."""
 
     cols: dict[str, np.ndarray]
     metrics: dict[str, np.ndarray]
-    rows: np.ndarray | None = None
+    runs: list[tuple[int, int, tuple[str, ...]]]
 
 
-def line_blocks(records: Records, block: int) -> Iterator[tuple[int, list[LineGroup]]]:
-    """``records`` (a list or a table) by start time (ties in the given order), ``block`` rows
-    at a time: each block's size and its rows grouped by which metrics they have (few groups:
-    a success has them all, a failure only its image count). What ``records.jsonl`` holds,
-    finished; the writer only serialises it."""
+def line_order(records: Records) -> np.ndarray:
+    """The rows of ``records.jsonl``: by start time, ties in the given order."""
+    return np.argsort(as_table(records).start_ns, kind="stable")
+
+
+def line_blocks(records: Records, block: int,
+                rows: np.ndarray | None = None) -> Iterator[LineBlock]:
+    """``records`` (a list or a table) in :func:`line_order` (or the given ``rows``),
+    ``block`` rows at a time. What ``records.jsonl`` holds, finished; the writer only
+    serialises it."""
     t = as_table(records)
-    order = np.argsort(t.start_ns, kind="stable")
+    order = line_order(t) if rows is None else rows
     for lo in range(0, len(order), block):
         part = t.take(order[lo:lo + block])
-        yield len(part), _line_groups(part)
+        metrics = metric_columns(part)
+        yield LineBlock(part.cols, metrics, _metric_runs(metrics))
 
 
-def _line_groups(part: RecordTable) -> list[LineGroup]:
-    metrics = metric_columns(part)
+def _metric_runs(metrics: dict[str, np.ndarray]) -> list[tuple[int, int, tuple[str, ...]]]:
     tags = list(metrics)
-    has = np.zeros(len(part), np.int64)
+    has = np.zeros(len(metrics[tags[0]]), np.int64)
     for bit, v in enumerate(metrics.values()):
         has |= (~np.isnan(v)).astype(np.int64) << bit
-    kinds = np.unique(has).tolist()
-    if len(kinds) == 1:
-        return [LineGroup(part.cols, {t: metrics[t] for b, t in enumerate(tags)
-                                      if kinds[0] >> b & 1})]
-    groups = []
-    for kind in kinds:
-        rows = np.flatnonzero(has == kind)
-        groups.append(LineGroup(part.take(rows).cols, {t: metrics[t][rows] for b, t
-                                                        in enumerate(tags) if kind >> b & 1},
-                                rows))
-    return groups
+    cuts = (np.flatnonzero(np.diff(has)) + 1).tolist()
+    starts = [0, *cuts]
+    return [(a, b, tuple(t for bit, t in enumerate(tags) if kind >> bit & 1))
+            for a, b, kind in zip(starts, [*cuts, has.size], has[starts].tolist())]
 
 
 def metric_rows(t: RecordTable) -> Iterator[dict[str, float]]:

@@ -9,13 +9,15 @@ joined into one export of the usual shape, as if one process had run it.
   start order on the one clock.
 - Workers of different benchmarks (settings, dataset, shard count), a missing shard and a shard
   given twice are refused with one line.
-- The workers' records are read in a pool of processes (one per core): parsing JSON lines is
-  half of a merge's time. (Writing the merged lines in the pool gained nothing on 2 cores:
-  the bytes cross a pipe twice.)
+- The workers' records are read by this process and a pool (one process per core; each sends
+  back the tables it read). The merged records.jsonl is written in parts by this process and
+  forked writers (``export.records_writer``: each of theirs into a file beside, appended in
+  the kernel; no line crosses a pipe); the export's maths run while the writers start.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,13 +181,29 @@ def merged_prediction(workers: list[Worker], table: RecordTable) -> dict | None:
     return pred
 
 
+def _read_tables(workers: list[Worker], processes: int) -> RecordTable:
+    """Every worker's records, in shard order, read by ``processes``: this one and a pool
+    (each of its processes sends back the tables it read; this one's own need no copy)."""
+    from ..lifecycle import start_workers
+
+    bases = np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1]
+    jobs = list(zip(workers, map(int, bases)))
+    with start_workers(processes - 1) if processes > 1 else contextlib.nullcontext() as pool:
+        theirs = {k: pool.submit(_table, *job) for k, job in enumerate(jobs)
+                  if pool and k % processes}
+        mine = {k: _table(*job) for k, job in enumerate(jobs) if k not in theirs}
+        return RecordTable.concat([mine[k] if k in mine else theirs[k].result()
+                                   for k in range(len(jobs))])
+
+
 def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
                processes: int = 0) -> MergeRunsResult:
-    """Join the workers in ``dirs`` into one export in ``output_dir``; ``processes`` read the
-    workers' records (0: one per core, at most one per worker)."""
+    """Join the workers in ``dirs`` into one export in ``output_dir``; ``processes`` (0: one per
+    core, this one among them) read the workers' records (at most one per worker) and write
+    the merged records."""
     from ..export import write_exports
     from ..io.atomic import check_not_input, check_target
-    from ..lifecycle import pool_size, start_workers
+    from ..lifecycle import pool_size
 
     if not dirs:
         raise SpecError("runs", "needs the worker folders to merge")
@@ -195,23 +213,21 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     check_target(out / EXPORT_NAME, force)
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
                     [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
-    bases = np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1]
-    n = min(pool_size(processes), len(workers))
-    with start_workers(n) if n > 1 else contextlib.nullcontext() as pool:
-        tables = (pool.map if pool else map)(_table, workers, map(int, bases))
-        table = RecordTable.concat(list(tables))
-    export = _merged_export(workers, table)
-    paths = write_exports(out, table, export)
-    return MergeRunsResult(export, table, paths, len(workers))
+    table = _read_tables(workers, min(pool_size(processes), len(workers)))
+    predicted = merged_prediction(workers, table)  # the last change to the table
+    # the export's maths run while forked writers serialise the records
+    export = functools.cache(lambda: _merged_export(workers, table, predicted))
+    paths = write_exports(out, table, export, processes=pool_size(processes))
+    return MergeRunsResult(export(), table, paths, len(workers))
 
 
-def _merged_export(workers: list[Worker], table: RecordTable) -> dict:
-    """The export of the merged ``table``: the prediction replayed over all workers, the
-    first worker's settings (without its shard), goodput under its SLOs."""
+def _merged_export(workers: list[Worker], table: RecordTable, predicted: dict | None) -> dict:
+    """The export of the merged ``table``: the prediction replayed over all workers
+    (``predicted``), the first worker's settings (without its shard), goodput under its
+    SLOs."""
     from ..export import build_export
     from ..report.aggregate import run_aggregates
 
-    predicted = merged_prediction(workers, table)
     first = workers[0].export
     config = dict(first.get("input_config") or {})
     config.pop("shard_index", None)

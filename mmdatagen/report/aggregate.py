@@ -64,7 +64,9 @@ def distributions(c: Columns) -> dict[str, Any]:
     for tag in DIST_TAGS:
         v = c.values[tag]
         v = v[~np.isnan(v)]
-        out[tag] = ([round(float(x), 4) for x in np.percentile(v, LEVELS)] if v.size else None)
+        # sorted first: the same order statistics (so the same quantiles), found faster
+        out[tag] = ([round(float(x), 4) for x in np.percentile(np.sort(v), LEVELS)]
+                    if v.size else None)
     return out
 
 

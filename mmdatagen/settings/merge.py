@@ -28,6 +28,7 @@ class MergeRunsOutput:
 
     output_dir: Path = option(Path("artifacts/merged"), "--output-dir", "Folder of the merged "
                               "export, records.jsonl and report.", kind=Path)
-    workers: int = common.workers("Processes reading the workers' records")
+    workers: int = common.workers(
+        "Processes reading the workers' records and writing the merged ones")
     quiet: bool = common.quiet("No table.")
     force: bool = common.force()
