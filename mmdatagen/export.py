@@ -11,7 +11,6 @@ import errno
 import operator
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, fields
@@ -442,6 +441,7 @@ def records_writer(fh: IO[bytes], records: Records, folder: Path,
     bytes, both cores busy to the end."""
     import multiprocessing
 
+    from .io.atomic import hidden_temp
     from .lifecycle import start_workers
 
     t = as_table(records)
@@ -456,7 +456,7 @@ def records_writer(fh: IO[bytes], records: Records, folder: Path,
                    ends=multiprocessing.Array("q", [0, parts]))
     try:
         for _ in range(parts):
-            fd, path = tempfile.mkstemp(prefix=".records.", suffix=".part", dir=folder)
+            fd, path = hidden_temp(folder / RECORDS_NAME)
             os.close(fd)
             paths.append(path)
         with start_workers(processes - 1) as pool:

@@ -149,10 +149,10 @@ def stack_join_kernel(ids, sizes, req, count, last, osize, tree):
     """``stack_kernel``'s results over a later part of a trace (``ids``, ``sizes``), passed
     alone (``req``, ``count``: -1 at each first reference within the part), joined to the pass
     over what came before it (``last``, ``osize``, ``tree``: that pass's buffers at its end; an
-    object keeps its size across the parts). A first reference within the part to an object seen before
-    needs its size, the distinct objects of the part before it, and the objects above its last
-    slot in the earlier pass that the part has not used yet (removed from ``tree`` as the part
-    uses them)."""
+    object keeps its size across the parts). A first reference within the part to an object
+    seen before needs its size, the distinct objects of the part before it, and the objects
+    above its last slot in the earlier pass that the part has not used yet (removed from
+    ``tree`` as the part uses them)."""
     cap = len(tree) // 2 - 1
     total = seen = new = new1 = 0
     k = cap
@@ -738,10 +738,10 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
     A lookup hits iff its size plus all sizes above it in the recency order fit (see
     ``sampled``): the objects of every later request (a Fenwick tree over recency slots, as
     ``stack_kernel``), and those of its last request Q placed above it (none to all of Q's
-    others, by their hits). ``obj[8x:8x + 8]``: x's last reference and request, slot, first and last reference in the
-    current request, size, its last request's first and last slot; ``state``: next request,
-    next slot, total size, objects; returns when a request may not find free slots
-    (``compact_kernel``)."""
+    others, by their hits). ``obj[8x:8x + 8]``: x's last reference and request, slot, first
+    and last reference in the current request, size, its last request's first and last slot;
+    ``state``: next request, next slot, total size, objects; returns when a request may not
+    find free slots (``compact_kernel``)."""
     cap, half = len(slot_obj) - 1, 2 * len(ids)
     r, nslot, total, seen = state[0], state[1], state[2], state[3]
     while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:

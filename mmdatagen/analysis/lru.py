@@ -285,7 +285,7 @@ def _curves(ids, obj_sizes, obj_tokens, ref_row, oversize: str, obj_bytes, obj_m
     if ids.size and sizes.min() <= 0:
         raise UserError("cache entry sizes must be positive")
     m = obj_sizes.size
-    tiers = np.zeros(1, np.int64)
+    tiers = np.zeros(1, np.int64)  # entry sizes: bypass tiers between them, the last up
     if oversize == "bypass" and ids.size:
         used = np.bincount(ids, minlength=m).astype(bool)  # O(N): no sort of the trace
         tiers = np.unique(obj_sizes[used])
@@ -298,7 +298,7 @@ def _curves(ids, obj_sizes, obj_tokens, ref_row, oversize: str, obj_bytes, obj_m
     *parts, (req, count) = K.in_threads(
         [*(partial(tier, int(a), int(b)) for a, b in zip(tiers[:-1], tiers[1:])),
          lambda: required_capacities(ids, sizes, m)], K.threads(ids.size))
-    lo = int(tiers[-1]) if oversize == "bypass" and ids.size else 0
+    lo = int(tiers[-1])
 
     def byte_curve() -> Curve:
         if not parts:

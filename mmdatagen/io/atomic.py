@@ -158,7 +158,9 @@ def _refuse_input(out: Path) -> None:
                             "output")
 
 
-def _mkstemp(path: Path) -> tuple[int, str]:
+def hidden_temp(path: Path) -> tuple[int, str]:
+    """A new hidden temporary beside ``path`` (``.<stem>.XXXXXXXX.part``: the name a killed
+    writer's leftovers are recognised by); its descriptor and name."""
     # A short prefix: the final name may use the whole NAME_MAX, the temporary one must fit too.
     try:
         return tempfile.mkstemp(prefix=f".{_stem(path.name)}.", suffix=".part", dir=_parent(path))
@@ -171,7 +173,7 @@ def atomic_open(path: Path, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file beside ``path``; rename it over ``path`` only on success."""
     path = Path(path)
     _refuse_input(path)
-    fd, tmp = _mkstemp(path)
+    fd, tmp = hidden_temp(path)
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp makes 0600; finished files get the usual mode
         with os.fdopen(fd, mode) as fh:
@@ -205,7 +207,7 @@ def atomic_group() -> Iterator[Callable[[Path], IO]]:
     def open_(path: Path) -> IO:
         path = Path(path)
         _refuse_input(path)
-        fd, tmp = _mkstemp(path)
+        fd, tmp = hidden_temp(path)
         staged.append((tmp, path))
         os.fchmod(fd, _FILE_MODE)
         return os.fdopen(fd, "wb")
