@@ -206,7 +206,8 @@ class _Misses:
         ids = trace.ids
         self.m = int(sizes.size)
         mod = np.zeros(self.m, np.int64) if trace.modality is None else trace.modality
-        self.info = np.stack([sizes, tokens, mod], 1).astype(np.int64).reshape(-1)
+        self.info = K.lines(self.m, 4, 0)  # per object, in one cache line: bytes, tokens,
+        self.info.reshape(-1, 4)[:, :3] = np.stack([sizes, tokens, mod], 1)  # modality
         self.width = 4 if trace.modality is None else 4 + 3 * len(MODALITIES)
         rows = int(np.count_nonzero(trace.ref_row[1:] != trace.ref_row[:-1])) + 1 \
             if ids.size else 0
@@ -345,7 +346,7 @@ class OneAtATime:
         fits = part >= top
         small = ~fits & (part // smallest + 2 <= SMALL_DEPTH)
         calls = [lambda: (fits, self._bounded(unit, part[fits])),
-                 lambda: (small, self._small(w, part[small], smallest))]
+                 lambda: (small, self._small(part[small], smallest))]
         for sel, got in K.in_threads([c for c, sel in zip(calls, (fits, small)) if sel.any()],
                                      K.threads(self.ids.size)):  # the two side by side
             out[sel] = got.reshape(-1, width)
@@ -355,7 +356,7 @@ class OneAtATime:
         return out.reshape(-1)
 
     def _bounded(self, unit: bool, part: np.ndarray) -> np.ndarray:
-        sizes = np.ascontiguousarray(self.misses.info[0::3])
+        sizes = np.ascontiguousarray(self.misses.info[0::4])
         if self._bounds is None:
             self._bounds = bounds(self.ids, self.row_start, sizes)
         k, width, n = part.size, self.misses.width, self.ids.size
@@ -389,13 +390,15 @@ class OneAtATime:
         out[order] = np.sum(got, axis=0).reshape(k, width)
         return out
 
-    def _small(self, w: np.ndarray, part: np.ndarray, smallest: int) -> np.ndarray:
+    def _small(self, part: np.ndarray, smallest: int) -> np.ndarray:
         at = np.r_[0, np.cumsum(part // smallest + 2)].astype(np.int64)
-        width = self.misses.width
+        width, m = self.misses.width, self.misses.m
+        rec = K.lines(m, 4, 0)  # per object: presence bits, then its three info fields
+        rec.reshape(m, 4)[:, 1:] = self.misses.info.reshape(m, 4)[:, :3]
         return _run(K.small_completion_kernel, [
-            self.row_start, self.ids, w, self.misses.info, part, np.zeros(self.misses.m, np.int64),
-            np.zeros(int(at[-1]), np.int64), at, np.zeros(self.longest, np.int64),
-            np.zeros((part.size + 1) * width, np.int64)], self.ids.size * part.size)
+            self.row_start, self.ids, rec, part, np.zeros(int(at[-1]), np.int64), at,
+            np.zeros(self.longest, np.int64), np.zeros((part.size + 1) * width, np.int64)],
+            self.ids.size * part.size)
 
     def _replay(self, w: np.ndarray, part: np.ndarray, stop: np.ndarray) -> np.ndarray:
         if self._log is None:
@@ -443,9 +446,9 @@ def _bounds_pass(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
     bounds, previous references, and its per-object state and Fenwick trees at the end."""
     n, m = ids.size, int(w.size)
     slots = 2 * m + 2 + (int(np.diff(row_start).max()) if n else 0)  # room for any request
-    obj = np.full((m, 8), -1, np.int64)
-    obj[:, 2], obj[:, 5] = 0, w
-    args = [row_start, ids, np.empty(4 * n, np.int64), np.empty(n, np.int64), obj.reshape(-1),
+    obj = K.lines(m, 8, -1)  # an object's record in one cache line
+    obj[2::8], obj[5::8] = 0, w
+    args = [row_start, ids, np.empty(4 * n, np.int64), np.empty(n, np.int64), obj,
             np.zeros(2 * slots + 2, np.int64), np.full(slots + 1, -1, np.int64),
             np.array([0, 1, 0, 0], np.int64)]
     fn, compact = K.for_size(K.bounds_kernel, n), K.for_size(K.compact_kernel, n)
