@@ -77,6 +77,33 @@ def test_completion_batches_equal_one_replay_per_capacity(case, unit, in_flight,
     assert got == want
 
 
+@settings(max_examples=100, deadline=None)
+@given(cases(), st.booleans(), st.sampled_from([4096, 1 << 56]))
+def test_one_at_a_time_with_large_sizes_equals_the_replay(case, compiled, factor):
+    """Sizes with a large common factor (the recency pass counts in units of it) and sizes too
+    large to pack a size and a count in one number (the general replay answers): the same
+    counts as one replay per capacity."""
+    trace, sizes, tokens, caps = case
+    odd = factor > 4096  # then no common factor: nothing to divide by
+    sizes, caps = sizes * factor + odd, caps * factor
+    if np.gcd.reduce(sizes) < factor:
+        assert S.tree_unit(sizes) is None
+    row_start = np.searchsorted(trace.ref_row, np.arange(trace.num_rows + 1))
+    ev = concurrency.events(trace.num_rows, 1)
+
+    def flags(cap, unit_):
+        w = np.ones_like(sizes) if unit_ else sizes
+        return concurrency.completion_flags(ev, row_start, trace.ids, w, cap, "bypass")
+    want = S.flag_counter(trace, sizes, tokens, flags)(caps, False, -np.ones(caps.size))
+    old = _compiled(compiled)
+    try:
+        got = S.completion_counter(trace, sizes, tokens, None, False)(caps, False,
+                                                                      -np.ones(caps.size))
+    finally:
+        kernels.PYTHON_MAX_REFS = old
+    assert got == want
+
+
 def _sequential(table: dict, need: float, hi: int) -> int | None:
     """The binary search one count at a time (what the analysis did before batching)."""
     if table[hi] < need:

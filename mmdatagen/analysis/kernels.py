@@ -741,7 +741,7 @@ def completion_log_kernel(row_start, ids, nlook, ndone, nrow, log, sup):
     return sup
 
 
-def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
+def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state, unit, scale):
     """Insert at completion, one request at a time, at capacities where every entry fits: per
     reference, the capacities below which it misses and from which it hits (``bounds[2i]``,
     ``bounds[2i + 1]`` in the entry unit; ``bounds[2n + 2i]``, ``[2n + 2i + 1]`` in entries;
@@ -750,10 +750,12 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
     A lookup hits iff its size plus all sizes above it in the recency order fit (see
     ``sampled``): the objects of every later request (a Fenwick tree over recency slots, as
     ``stack_kernel``), and those of its last request Q placed above it (none to all of Q's
-    others, by their hits). ``obj[8x:8x + 8]``: x's last reference and request, slot, first
-    and last reference in the current request, size, its last request's first and last slot;
-    ``state``: next request, next slot, total size, objects; returns when a request may not
-    find free slots (``compact_kernel``)."""
+    others, by their hits). The tree counts sizes and objects in one number per node (size *
+    ``unit`` + 1 per object: ``unit`` exceeds the number of objects; sizes in units of
+    ``scale``, by which the bounds are multiplied). ``obj[8x:8x + 8]``: x's last reference
+    and request, slot, first and last reference in the current request, size (in ``scale``),
+    its last request's first and last slot; ``state``: next request, next slot, total size,
+    objects; returns when a request may not find free slots (``compact_kernel``)."""
     cap, half = len(slot_obj) - 1, 2 * len(ids)
     r, nslot, total, seen = state[0], state[1], state[2], state[3]
     while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:
@@ -769,21 +771,22 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
                     bounds[2 * i + c] = bounds[2 * f + c] if f >= a else -1
                 obj[o + 3] = f if f >= a else i
                 continue
-            obj[o + 3], k, pre, pre1, acc, acc1 = i, obj[o + 2], 0, 0, 0, 0
+            obj[o + 3], k, pre, acc = i, obj[o + 2], 0, 0
             while k > 0:
-                pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
+                pre, k = pre + tree[k], k - (k & -k)
             for side in range(2):  # Q's block: its others still there before x's slot, then
-                before, before1 = acc, acc1  # after it: sums over (lo, hi], walked from both
-                lo = obj[o + 6 - 4 * side] - 1 + side  # ends until they meet (a few steps:
-                hi, acc, acc1 = obj[o + 2 + 5 * side] - 1 + side, 0, 0  # they are close)
+                before = acc  # after it: sums over (lo, hi], walked from both ends until they
+                lo = obj[o + 6 - 4 * side] - 1 + side  # meet (a few steps: they are close)
+                hi, acc = obj[o + 2 + 5 * side] - 1 + side, 0
                 while lo != hi:
                     up = hi > lo
-                    j, sign = lo + up * (hi - lo), 2 * up - 1
-                    acc, acc1 = acc + sign * tree[2 * j], acc1 + sign * tree[2 * j + 1]
+                    acc += (2 * up - 1) * tree[lo + up * (hi - lo)]
                     hi, lo = hi - up * (hi & -hi), lo - (1 - up) * (lo & -lo)
-            top, top1 = obj[o + 5] + total - pre, 1 + seen - pre1  # Q's later ones are above
-            bounds[2 * i], bounds[2 * i + 1] = top - acc, top + before
-            bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - acc1, top1 + before1
+            top, top1 = obj[o + 5] + total - pre // unit, 1 + seen - pre % unit
+            bounds[2 * i], bounds[2 * i + 1] = ((top - acc // unit) * scale,
+                                                (top + before // unit) * scale)
+            bounds[half + 2 * i], bounds[half + 2 * i + 1] = (top1 - acc % unit,
+                                                              top1 + before % unit)
         first, last = nslot, 2 * nslot - first - 1  # the block of slots they take
         for i in range(a, b):  # completion: the request's objects on top, last use first
             o = 8 * ids[i]
@@ -793,29 +796,30 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state):
             total, seen = total + s * (k == 0), seen + (k == 0)
             slot_obj[k] = -1
             while 0 < k <= cap:
-                tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
+                tree[k], k = tree[k] - s * unit - 1, k + (k & -k)
             k, obj[o + 2], slot_obj[nslot], nslot = nslot, nslot, ids[i], nslot + 1
             while k <= cap:
-                tree[2 * k], tree[2 * k + 1], k = tree[2 * k] + s, tree[2 * k + 1] + 1, k + (k & -k)
+                tree[k], k = tree[k] + s * unit + 1, k + (k & -k)
             obj[o], obj[o + 1], obj[o + 6], obj[o + 7] = i, r, first, last
         r += 1
     state[0], state[1], state[2], state[3] = r, nslot, total, seen
     return state
 
 
-def bounds_join_kernel(row_start, ids, bounds, prev, obj, tree, first_row, done):
+def bounds_join_kernel(row_start, ids, bounds, prev, obj, tree, first_row, done, unit, scale):
     """``bounds_kernel``'s results over the requests from ``first_row`` on, passed alone
     (``bounds`` and ``prev`` at the trace's positions: -1 at each first reference within them),
     joined to the pass over the requests before (``obj``, ``tree``: that pass's buffers at its
-    end). The first lookup there of an object seen before sees the earlier pass's recency
-    slots less the objects completed since (removed from ``tree`` as their requests complete;
-    ``done``: 0 per object, 1 once completed there), with those completed objects above
-    it."""
-    cap, half = len(tree) // 2 - 1, 2 * len(ids)
-    total = seen = moved = moved1 = 0
+    end; ``unit``, ``scale``: as there). The first lookup there of an object seen before sees
+    the earlier pass's recency slots less the objects completed since (removed from ``tree``
+    as their requests complete; ``done``: 0 per object, 1 once completed there), with those
+    completed objects above it."""
+    cap, half = len(tree) - 1, 2 * len(ids)
+    both = moved = moved1 = 0
     k = cap
     while k > 0:
-        total, seen, k = total + tree[2 * k], seen + tree[2 * k + 1], k - (k & -k)
+        both, k = both + tree[k], k - (k & -k)
+    total, seen = both // unit, both % unit
     for r in range(first_row, len(row_start) - 1):
         a, b = row_start[r], row_start[r + 1]
         for i in range(a, b):  # lookups
@@ -826,18 +830,21 @@ def bounds_join_kernel(row_start, ids, bounds, prev, obj, tree, first_row, done)
                 continue
             if p >= 0 or obj[o] < 0:
                 continue  # its last request is in this part, or it is new
-            k, pre, pre1 = obj[o + 2], 0, 0
+            k, pre = obj[o + 2], 0
             while k > 0:
-                pre, pre1, k = pre + tree[2 * k], pre1 + tree[2 * k + 1], k - (k & -k)
-            k, before, before1 = obj[o + 6] - 1, pre - obj[o + 5], pre1 - 1
+                pre, k = pre + tree[k], k - (k & -k)
+            k, before = obj[o + 6] - 1, pre - obj[o + 5] * unit - 1
             while k > 0:
-                before, before1, k = before - tree[2 * k], before1 - tree[2 * k + 1], k - (k & -k)
-            k, after, after1 = obj[o + 7], -pre, -pre1
+                before, k = before - tree[k], k - (k & -k)
+            k, after = obj[o + 7], -pre
             while k > 0:
-                after, after1, k = after + tree[2 * k], after1 + tree[2 * k + 1], k - (k & -k)
-            top, top1 = obj[o + 5] + total - pre + moved, 1 + seen - pre1 + moved1
-            bounds[2 * i], bounds[2 * i + 1] = top - after, top + before
-            bounds[half + 2 * i], bounds[half + 2 * i + 1] = top1 - after1, top1 + before1
+                after, k = after + tree[k], k - (k & -k)
+            top = obj[o + 5] + total - pre // unit + moved
+            top1 = 1 + seen - pre % unit + moved1
+            bounds[2 * i], bounds[2 * i + 1] = ((top - after // unit) * scale,
+                                                (top + before // unit) * scale)
+            bounds[half + 2 * i], bounds[half + 2 * i + 1] = (top1 - after % unit,
+                                                              top1 + before % unit)
             prev[i] = obj[o]
         for i in range(a, b):  # completion: the request's objects leave the earlier slots
             x = ids[i]
@@ -848,13 +855,13 @@ def bounds_join_kernel(row_start, ids, bounds, prev, obj, tree, first_row, done)
             if k > 0:
                 total, seen = total - s, seen - 1
             while 0 < k <= cap:
-                tree[2 * k], tree[2 * k + 1], k = tree[2 * k] - s, tree[2 * k + 1] - 1, k + (k & -k)
+                tree[k], k = tree[k] - s * unit - 1, k + (k & -k)
     return bounds
 
 
-def compact_kernel(obj, tree, slot_obj, state):
+def compact_kernel(obj, tree, slot_obj, state, unit):
     """``bounds_kernel``'s slots renumbered 1..live in order (each request's block of slots
-    with them), its Fenwick trees rebuilt: one pass over the slots, each live object's record
+    with them), its Fenwick tree rebuilt: one pass over the slots, each live object's record
     read once (a block's last slot is set in its objects as the block ends)."""
     cap = len(slot_obj) - 1
     live, run_req, run_first = 0, -2, 1
@@ -870,16 +877,15 @@ def compact_kernel(obj, tree, slot_obj, state):
                 obj[8 * slot_obj[t] + 7] = live - 1
             run_req, run_first = obj[rec + 1], live
         obj[rec + 2], obj[rec + 6] = live, run_first
-        tree[2 * live], tree[2 * live + 1] = obj[rec + 5], 1
+        tree[live] = obj[rec + 5] * unit + 1
     for t in range(run_first, live + 1):
         obj[8 * slot_obj[t] + 7] = live
-    for j in range(2 * live + 2, 2 * cap + 2):
+    for j in range(live + 1, cap + 1):
         tree[j] = 0
     for j in range(1, cap + 1):
         k = j + (j & -j)
         if k <= cap:
-            tree[2 * k] += tree[2 * j]
-            tree[2 * k + 1] += tree[2 * j + 1]
+            tree[k] += tree[j]
     state[1] = live + 1
     return state
 

@@ -88,13 +88,19 @@ def _cost(key: tuple, geom, model: VisionModel, target) -> tuple[int, int]:
     return max(int(size), 1), int(cost.tokens)
 
 
+def _sums(mod: np.ndarray, values: np.ndarray, n: int) -> list[int]:
+    """Per modality code below ``n``, the sum of ``values`` (in integers: exact past 2^53,
+    where a weighted bincount's floats are not)."""
+    return [int(values[mod == k].sum()) for k in range(n)]
+
+
 def modal_counts(flags: np.ndarray, ref_mod: np.ndarray, ref_bytes: np.ndarray,
                  ref_tokens: np.ndarray) -> dict[str, int]:
     """Per-modality hits, hit bytes and hit tokens from per-reference hit flags."""
     n = len(MODALITIES)
     mod = ref_mod[flags]
-    cols = (np.bincount(mod, minlength=n), np.bincount(mod, ref_bytes[flags], n),
-            np.bincount(mod, ref_tokens[flags], n))
+    cols: tuple[Any, ...] = (np.bincount(mod, minlength=n), _sums(mod, ref_bytes[flags], n),
+                             _sums(mod, ref_tokens[flags], n))
     return {modal_key(m, c): int(col[k]) for k, m in enumerate(MODALITIES)
             for c, col in zip(COUNTS, cols)}
 
@@ -107,8 +113,7 @@ def modal_totals(ids: np.ndarray, modality: np.ndarray, sizes: np.ndarray,
     used = np.flatnonzero(np.bincount(ids, minlength=modality.size))
     refs = np.bincount(mod, minlength=n)
     distinct = np.bincount(modality[used], minlength=n)
-    byt = np.bincount(mod, sizes[ids], n)
-    tok = np.bincount(mod, tokens[ids], n)
+    byt, tok = _sums(mod, sizes[ids], n), _sums(mod, tokens[ids], n)
     return {m: {"references": int(refs[k]), "distinct": int(distinct[k]),
                 "bytes": int(byt[k]), "tokens": int(tok[k])}
             for k, m in enumerate(MODALITIES) if refs[k]}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -320,8 +321,9 @@ class OneAtATime:
     """Insert at completion, one request at a time: counts at capacities that hold every entry
     from one precomputed pass (``kernels.bounds_kernel``: per reference, the capacities below
     which it misses and from which it hits, both in the entry unit and in entries; the few
-    references between them decided per capacity by ``kernels.bounds_batch_kernel``), at
-    capacities of a few entries by a small direct replay, else by the general replay."""
+    references between them decided per capacity by ``kernels.decide_kernel``), at
+    capacities of a few entries by a small direct replay, else (or where the sizes are too
+    large for the pass's packed tree, ``tree_unit``) by the general replay."""
 
     def __init__(self, trace: Trace, row_start: np.ndarray, misses: _Misses, used: np.ndarray,
                  flush: bool) -> None:
@@ -330,6 +332,7 @@ class OneAtATime:
         self.ref_row = np.ascontiguousarray(trace.ref_row, np.int64)
         self.row_start = row_start
         self.used = used
+        self.packs = tree_unit(np.ascontiguousarray(misses.info[0::4])) is not None
         self.longest = int(np.diff(self.row_start).max()) if trace.num_rows else 0
         self._bounds: tuple | None = None
         self._work: tuple | None = None
@@ -343,7 +346,7 @@ class OneAtATime:
         out = np.zeros((part.size, width), np.int64)
         top = int(w[self.used].max()) if self.used.size else 0
         smallest = int(w[self.used].min()) if self.used.size else 1
-        fits = part >= top
+        fits = (part >= top) & self.packs  # else (sizes too large to pack) the replay
         small = ~fits & (part // smallest + 2 <= SMALL_DEPTH)
         calls = [lambda: (fits, self._bounded(unit, part[fits])),
                  lambda: (small, self._small(part[small], smallest))]
@@ -411,54 +414,67 @@ class OneAtATime:
             np.zeros(k * self.misses.width, np.int64)], self.ids.size * k)
 
 
+def tree_unit(w: np.ndarray) -> tuple[int, int] | None:
+    """How ``kernels.bounds_kernel`` packs a size and an object count into one number: the
+    count's modulus (a power of two above the number of objects) and the sizes' common divisor;
+    None where every size together would not fit (the general replay answers then)."""
+    unit = 1 << int(w.size).bit_length()
+    scale = int(np.gcd.reduce(w[w > 0])) if np.any(w > 0) else 1
+    total = float(np.sum(w, dtype=np.float64)) / scale + 1  # (no int64 overflow here)
+    return (unit, scale) if total * unit < 2.0 ** 61 else None
+
+
 def bounds(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray, parts: int | None = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``kernels.bounds_kernel`` over a trace: per reference its bounds (``w``'s unit, then
-    entries), its object's previous and next reference. ``parts`` (compiled only): 2 passes
-    the trace's halves, cut at a request, on two threads and joins them
-    (``kernels.bounds_join_kernel``; the same answers); default: 2 where ``kernels.threads``
-    gives two or more."""
+    """``kernels.bounds_kernel`` over a trace (``w``: sizes ``tree_unit`` can pack): per
+    reference its bounds (``w``'s unit, then entries), its object's previous and next
+    reference. ``parts`` (compiled only): 2 passes the trace's halves, cut at a request, on
+    two threads and joins them (``kernels.bounds_join_kernel``; the same answers); default: 2
+    where ``kernels.threads`` gives two or more."""
     n, m = ids.size, int(w.size)
     nt = K.threads(n)
     cut = int(np.searchsorted(row_start, n // 2))  # the first request of the second half
     nxt = partial(_next, ids, m)
+    packing = tree_unit(w)
+    if packing is None:
+        raise ValueError("sizes too large for bounds_kernel's packed tree")
     if (nt if parts is None else parts) < 2 or not 0 < cut < row_start.size - 1 or \
             K.for_size(K.bounds_kernel, n) is K.bounds_kernel:
-        (b, prev, _, _), after = K.in_threads([partial(_bounds_pass, ids, row_start, w), nxt],
-                                              nt)
+        (b, prev, _, _), after = K.in_threads(
+            [partial(_bounds_pass, ids, row_start, w, packing), nxt], nt)
         return b, prev, after
     at = int(row_start[cut])
-    one, two, after = K.in_threads([partial(_bounds_pass, ids[:at], row_start[:cut + 1], w),
-                                    partial(_bounds_pass, ids[at:], row_start[cut:] - at, w),
-                                    nxt], max(nt, 2))
+    one, two, after = K.in_threads(
+        [partial(_bounds_pass, ids[:at], row_start[:cut + 1], w, packing),
+         partial(_bounds_pass, ids[at:], row_start[cut:] - at, w, packing), nxt], max(nt, 2))
     b = np.empty(4 * n, np.int64)  # each half's bounds in the unit, then in entries
     b[:2 * at], b[2 * n:2 * n + 2 * at] = one[0][:2 * at], one[0][2 * at:]
     b[2 * at:2 * n], b[2 * n + 2 * at:] = two[0][:2 * (n - at)], two[0][2 * (n - at):]
     prev = np.concatenate([one[1], np.where(two[1] >= 0, two[1] + at, -1)])
     K.compiled(K.bounds_join_kernel)(row_start, ids, b, prev, one[2], one[3], cut,
-                                     np.zeros(m, np.int64))
+                                     np.zeros(m, np.int64), *packing)
     return b, prev, after
 
 
-def _bounds_pass(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray
-                 ) -> tuple[np.ndarray, ...]:
+def _bounds_pass(ids: np.ndarray, row_start: np.ndarray, w: np.ndarray,
+                 packing: tuple[int, int]) -> tuple[np.ndarray, ...]:
     """``kernels.bounds_kernel`` over the requests of ``row_start`` (compacting as it needs):
-    bounds, previous references, and its per-object state and Fenwick trees at the end."""
+    bounds, previous references, and its per-object state and Fenwick tree at the end."""
     n, m = ids.size, int(w.size)
     slots = 2 * m + 2 + (int(np.diff(row_start).max()) if n else 0)  # room for any request
     obj = K.lines(m, 8, -1)  # an object's record in one cache line
-    obj[2::8], obj[5::8] = 0, w
-    args = [row_start, ids, np.empty(4 * n, np.int64), np.empty(n, np.int64), obj,
-            np.zeros(2 * slots + 2, np.int64), np.full(slots + 1, -1, np.int64),
-            np.array([0, 1, 0, 0], np.int64)]
+    obj[2::8], obj[5::8] = 0, w // packing[1]
+    args: list[Any] = [row_start, ids, np.empty(4 * n, np.int64), np.empty(n, np.int64), obj,
+                       np.zeros(slots + 1, np.int64), np.full(slots + 1, -1, np.int64),
+                       np.array([0, 1, 0, 0], np.int64), *packing]
     fn, compact = K.for_size(K.bounds_kernel, n), K.for_size(K.compact_kernel, n)
     if fn is K.bounds_kernel:
-        args = [a.tolist() for a in args]
+        args = [a.tolist() if isinstance(a, np.ndarray) else a for a in args]
     while True:
         fn(*args)
-        if args[-1][0] >= row_start.size - 1:
+        if args[7][0] >= row_start.size - 1:
             break
-        compact(*args[4:])
+        compact(*args[4:9])
     return tuple(np.asarray(a, np.int64) for a in args[2:6])
 
 
