@@ -745,17 +745,14 @@ def bounds_kernel(row_start, ids, bounds, prev, obj, tree, slot_obj, state, unit
     """Insert at completion, one request at a time, at capacities where every entry fits: per
     reference, the capacities below which it misses and from which it hits (``bounds[2i]``,
     ``bounds[2i + 1]`` in the entry unit; ``bounds[2n + 2i]``, ``[2n + 2i + 1]`` in entries;
-    -1: never hits), and its object's previous reference (``prev``, -1: none).
-
-    A lookup hits iff its size plus all sizes above it in the recency order fit (see
-    ``sampled``): the objects of every later request (a Fenwick tree over recency slots, as
-    ``stack_kernel``), and those of its last request Q placed above it (none to all of Q's
-    others, by their hits). The tree counts sizes and objects in one number per node (size *
-    ``unit`` + 1 per object: ``unit`` exceeds the number of objects; sizes in units of
-    ``scale``, by which the bounds are multiplied). ``obj[8x:8x + 8]``: x's last reference
-    and request, slot, first and last reference in the current request, size (in ``scale``),
-    its last request's first and last slot; ``state``: next request, next slot, total size,
-    objects; returns when a request may not find free slots (``compact_kernel``)."""
+    -1: never hits), and its object's previous reference (``prev``, -1: none). A lookup hits
+    iff its size plus all sizes above it in the recency order fit (see ``sampled``): the
+    objects of every later request (a Fenwick tree over recency slots, as ``stack_kernel``,
+    a node holding size * ``unit`` + 1 per object; sizes in units of ``scale``), and those of
+    its last request Q placed above it (none to all of Q's others, by their hits).
+    ``obj[8x:8x + 8]``: x's last reference and request, slot, first and last reference in the
+    current request, size, its last request's first and last slot; ``state``: next request,
+    next slot, total size, objects; returns when a request may not find free slots."""
     cap, half = len(slot_obj) - 1, 2 * len(ids)
     r, nslot, total, seen = state[0], state[1], state[2], state[3]
     while r < len(row_start) - 1 and nslot + row_start[r + 1] - row_start[r] <= cap + 1:
