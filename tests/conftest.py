@@ -13,6 +13,13 @@ from click.testing import CliRunner
 import mmdatagen
 from mmdatagen.cli import cli
 
+# With PYTHONDONTWRITEBYTECODE set, pytest cannot keep the test modules it rewrites for its
+# assertion messages (nor the hypothesis modules it rewrites as a plugin's): every xdist worker
+# rewrote and compiled them all at every collection, about 6 s of each worker's 12. This
+# process may write them (tests/__pycache__, ``*-pytest-*.pyc``, written atomically); the
+# subprocesses the tests start keep the environment as it is.
+sys.dont_write_bytecode = False
+
 
 def pytest_sessionstart(session):
     """Byte-compile the package once: the suite's environment may set PYTHONDONTWRITEBYTECODE,

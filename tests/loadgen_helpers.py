@@ -4,12 +4,18 @@ Behaviour is chosen by the request's ``model``: ``ok`` (default), ``status500``,
 (connection closed mid-stream), ``malformed`` (bad SSE JSON), ``empty`` (no content), ``stall``
 (never answers within the test's timeout), ``slow`` (0.2 s per response), ``echo`` (replies with
 the number of messages received). Every request is logged with arrival/finish times.
+``serve`` runs ``mmdatagen serve`` in its own process; ``with_common_start`` gives sharded load
+workers their common ``--start-at``.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -129,3 +135,58 @@ def make_run(*, predict: bool = True, cache_gb: float | None = None, cache: str 
     return BenchRun(spec, BenchTarget(url=url, metrics_url=metrics_url, output_dir=output_dir),
                     BenchCache(cache=cache, cache_size=cache_gb, encoder_budget=encoder_budget),
                     slos=tuple((goodput or {}).items()))
+
+
+@contextlib.contextmanager
+def serve(folder: Path, *args: str) -> Iterator[str]:
+    """``mmdatagen serve`` (zero-delay profile, ``args`` after) in its own process; its URL."""
+    ready = folder / "ready.json"
+    ready.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "mmdatagen", "serve", "--port", "0",
+                             "--profile", "zero-delay", *args, "--ready-file", str(ready)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() or not ready.read_text().strip().endswith("}"):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.05)
+        yield orjson.loads(ready.read_bytes())["url"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# Sharded load workers started as cold processes wait for one common --start-at (test_shard,
+# test_k8s). Each is ready for it (imports, dataset, clock probes) about 1 s after it starts
+# alone, 2-3 s when four start at once on a busy 2-core machine. A worker ready after the start
+# refuses it (exit 2, "--start-at is ... in the past") before sending anything: the run is then
+# made again from a fresh server with the next, longer margin.
+START_MARGINS_S = (6.0, 15.0, 45.0)
+
+
+def late_for_the_start(workers: list[subprocess.Popen]) -> list[str]:
+    """Wait for the workers (stderr piped as text); the stderr of each that refused the common
+    start because it came too late. Any other failure fails the test."""
+    late = []
+    for w in workers:
+        err = w.communicate(timeout=300)[1] or ""
+        code = w.returncode
+        if code == 2 and "--start-at is" in err and "s in the past" in err:
+            late.append(err)
+        else:
+            assert code == 0, err
+    return late
+
+
+def with_common_start(attempt: Callable[[float], list[str]]) -> None:
+    """``attempt(margin)`` starts a fresh server, then the workers with ``--start-at`` that many
+    seconds ahead, and returns ``late_for_the_start`` of them; made again with the next margin
+    while any was late, failing when every margin was too short."""
+    late: list[str] = []
+    for margin in START_MARGINS_S:
+        late = attempt(margin)
+        if not late:
+            return
+    raise AssertionError(f"workers not ready {START_MARGINS_S[-1]} s after they started: "
+                         f"{late[0]}")

@@ -7,10 +7,12 @@ import os
 import shlex
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from k8s_helpers import ROOT, argv, documents, job, mounts_of, replace_value, without_shard_flags
+from loadgen_helpers import late_for_the_start, serve, with_common_start
 
 # Sizes added after a manifest's own flags (the last value wins) where its real sizes are slow.
 SMALL_LARGE = ["--num-requests", "60", "--pool-size", "12"]
@@ -174,8 +176,8 @@ def test_seed_a_job_then_bench_job(run_cli, volume, simulator):
 def test_sharded_bench_job_then_merge_runs(volume, tmp_path):
     """The Indexed Job's workers, each its own process on loopback, start together against one
     'mmdatagen serve'; the merge Job joins them into the benchmark one process sends."""
+    import shutil
     import sys
-    import time
 
     doc = job("job-bench-sharded.yaml")
     count = doc["spec"]["completions"]
@@ -185,30 +187,24 @@ def test_sharded_bench_job_then_merge_runs(volume, tmp_path):
     subprocess.run([*py, "pool", "-n", "48", "--pool-size", "12", "--image-size", "64x48",
                     "--text-tokens", "16", "-o", str(seed / "seed_a.jsonl"), "-q"], check=True,
                    timeout=300, stdout=subprocess.DEVNULL)
-    ready = tmp_path / "ready.json"
-    serve = subprocess.Popen([*py, "serve", "--port", "0", "--profile", "zero-delay",
-                              "--ready-file", str(ready)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        while not ready.exists() or not ready.read_text().strip().endswith("}"):
-            assert serve.poll() is None
-            time.sleep(0.1)
-        url = json.loads(ready.read_text())["url"]
-        mounts = mounts_of(doc, volume)
-        start = str(int(time.time()) + 20)  # four cold processes on a busy 2-core machine
-        workers = []
-        for k in range(count):
-            env = {"JOB_COMPLETION_INDEX": str(k), "START_AT": start, "VLM_URL": url}
-            words = argv(doc["spec"]["template"]["spec"]["containers"][0], mounts, env)
-            assert words[words.index("--shard-index") + 1] == str(k)
-            assert words[words.index("--num-shards") + 1] == str(count)
-            workers.append(subprocess.Popen([*py, *words, "--quiet"], stderr=subprocess.PIPE,
-                                            stdout=subprocess.DEVNULL, text=True))
-        for w in workers:
-            assert w.wait(timeout=300) == 0, w.stderr.read() if w.stderr else ""
-    finally:
-        serve.terminate()
-        serve.wait(timeout=30)
+    mounts = mounts_of(doc, volume)
+
+    def workers(margin: float) -> list[str]:
+        shutil.rmtree(volume["data"] / "bench", ignore_errors=True)  # a late attempt's exports
+        with serve(tmp_path) as url:
+            start = str(int(time.time() + margin))  # as the ConfigMap holds it: whole seconds
+            procs = []
+            for k in range(count):
+                env = {"JOB_COMPLETION_INDEX": str(k), "START_AT": start, "VLM_URL": url}
+                words = argv(doc["spec"]["template"]["spec"]["containers"][0], mounts, env)
+                assert words[words.index("--shard-index") + 1] == str(k)
+                assert words[words.index("--num-shards") + 1] == str(count)
+                assert words[words.index("--start-at") + 1] == start
+                procs.append(subprocess.Popen([*py, *words, "--quiet"], stderr=subprocess.PIPE,
+                                              stdout=subprocess.DEVNULL, text=True))
+            return late_for_the_start(procs)
+
+    with_common_start(workers)
     merge = job("job-merge-runs.yaml")
     spec = merge["spec"]["template"]["spec"]
     mounts = mounts_of(merge, volume)

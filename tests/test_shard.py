@@ -4,7 +4,7 @@ agrees with a single-process run of the same benchmark and its percentiles are t
 union of the records."""
 from __future__ import annotations
 
-import json
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +15,7 @@ import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from loadgen_helpers import late_for_the_start, serve, with_common_start
 
 from mmdatagen.loadgen.shard import Shard, seconds_to_start, shard_config
 from mmdatagen.sessions import shard_owns
@@ -60,26 +61,6 @@ def _mmdatagen(*args, **kw):
                           capture_output=True, text=True, timeout=300, **kw)
 
 
-@pytest.fixture()
-def server(tmp_path):
-    """``mmdatagen serve`` (zero-delay profile) in its own process."""
-    ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "mmdatagen", "serve", "--port", "0",
-                             "--profile", "zero-delay", "--encoder-budget", "300",
-                             "--ready-file", str(ready)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not ready.exists() or not ready.read_text().strip().endswith("}"):
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        assert time.monotonic() < deadline, "serve did not become ready"
-        time.sleep(0.1)
-    try:
-        yield json.loads(ready.read_text())["url"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def _export(d: Path) -> dict:
     return orjson.loads((d / "profile_export_mmdatagen.json").read_bytes())
 
@@ -88,28 +69,37 @@ def _records(d: Path) -> list[dict]:
     return [orjson.loads(x) for x in (d / "records.jsonl").read_bytes().splitlines()]
 
 
-def test_two_workers_merge_into_the_single_process_benchmark(tmp_path, server):
+def test_two_workers_merge_into_the_single_process_benchmark(tmp_path):
     data = tmp_path / "sw.jsonl"
     res = _mmdatagen("sliding-window", "--users", 6, "--turns", 4, "--window", 2,
                      "--image-size", "64x48", "--text-tokens", 16, "-o", data, "-q")
     assert res.returncode == 0, res.stderr
-    common = ["--url", server, "--model", MODEL, "--concurrency", 4, "--cache-size", 1,
-              "--encoder-budget", 300, "-q", "--no-report"]
-    start = time.time() + 12  # two cold processes on a busy 2-core machine
-    workers = [subprocess.Popen([sys.executable, "-m", "mmdatagen", "bench", "--input-file",
-                                 str(data), *map(str, common), "--num-shards", "2",
-                                 "--shard-index", str(k), "--start-at", str(start),
-                                 "--output-dir", str(tmp_path / f"w{k}")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-               for k in range(2)]
-    for w in workers:
-        assert w.wait(timeout=300) == 0, w.stderr.read() if w.stderr else ""
-    res = _mmdatagen("merge-runs", tmp_path / "w0", tmp_path / "w1", "--output-dir",
-                     tmp_path / "merged", "-q")
-    assert res.returncode == 0, res.stderr
-    res = _mmdatagen("bench", "--input-file", data, *common, "--reset-cache",
-                     "--output-dir", tmp_path / "single")
-    assert res.returncode == 0, res.stderr
+    common = ["--model", MODEL, "--concurrency", 4, "--cache-size", 1, "--encoder-budget", 300,
+              "-q", "--no-report"]
+
+    def run(margin: float) -> list[str]:
+        """The two workers from ``mmdatagen serve`` (zero-delay profile) in its own process,
+        merged; then the single process on the same server, its cache reset."""
+        for name in ("w0", "w1", "merged", "single"):  # a late attempt's exports
+            shutil.rmtree(tmp_path / name, ignore_errors=True)
+        with serve(tmp_path, "--encoder-budget", "300") as url:
+            start = time.time() + margin
+            late = late_for_the_start([subprocess.Popen(
+                [sys.executable, "-m", "mmdatagen", "bench", "--input-file", str(data), "--url",
+                 url, *map(str, common), "--num-shards", "2", "--shard-index", str(k),
+                 "--start-at", str(start), "--output-dir", str(tmp_path / f"w{k}")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in range(2)])
+            if late:
+                return late
+            res = _mmdatagen("merge-runs", tmp_path / "w0", tmp_path / "w1", "--output-dir",
+                             tmp_path / "merged", "-q")
+            assert res.returncode == 0, res.stderr
+            res = _mmdatagen("bench", "--input-file", data, "--url", url, *common,
+                             "--reset-cache", "--output-dir", tmp_path / "single")
+            assert res.returncode == 0, res.stderr
+        return []
+
+    with_common_start(run)
     merged, single = _export(tmp_path / "merged"), _export(tmp_path / "single")
     assert merged["request_count"]["avg"] == single["request_count"]["avg"] == 24
     # sessions whole: each user's turns all went through one worker, in order

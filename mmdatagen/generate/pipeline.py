@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .. import __version__
 from ..content.audio import AudioStyle
@@ -46,9 +46,6 @@ from ..io.rows import dumps_line, session_object, turn_object
 from ..plans.base import Plan, shard_range
 from .items import Delivery, ImageItems, MediaItems
 from .workers import remove_temporaries, render_image, render_media, start_workers, stop_workers
-
-if TYPE_CHECKING:
-    from tqdm import tqdm
 
 _T = TypeVar("_T")
 
@@ -101,12 +98,35 @@ class Result:
     manifest_data: Manifest | None = field(repr=False, default=None)
 
 
-def progress(total: int, desc: str, quiet: bool) -> tqdm:
-    """A tqdm bar on stderr; silent with --quiet or when stderr is not a terminal."""
+class Bar(Protocol):
+    """What the pipeline asks of a progress bar (tqdm's, or ``_NoBar``)."""
+
+    def update(self, n: int = 1) -> object: ...
+
+
+class _NoBar:
+    """The bar of a quiet run or a stderr that is no terminal: it shows nothing, so tqdm is not
+    imported (about 0.1 s of each process), as bench and analyze do."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def progress(total: int, desc: str, quiet: bool) -> contextlib.AbstractContextManager[Bar]:
+    """A tqdm bar on stderr; silent (``_NoBar``) with --quiet or when stderr is not a
+    terminal."""
+    if quiet or not sys.stderr.isatty():
+        return _NoBar()
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit="img" if desc == "images" else "row",
-                disable=quiet or not sys.stderr.isatty(), file=sys.stderr, leave=False)
+                file=sys.stderr, leave=False)
 
 
 def default_image_dir(output: Path) -> Path:
@@ -191,7 +211,7 @@ class _Renders:
     def any_inline(self) -> bool:
         return self.images.inline or self.inline_media
 
-    def start_files(self, uuids: bool, bar: tqdm) -> None:
+    def start_files(self, uuids: bool, bar: Bar) -> None:
         """Queue every file render (a file's reference is known before it exists, unless rows
         carry uuids, which hash the bytes: then wait for the images)."""
         images, media = self.images, self.media
@@ -208,7 +228,7 @@ class _Renders:
                                          [media.task(k) for k in files], bar)
             media.expect_files(files)
 
-    def render_inline(self, rows: list[int], bar: tqdm) -> None:
+    def render_inline(self, rows: list[int], bar: Bar) -> None:
         """Encode the inline items ``rows`` need that the caches do not hold."""
         images, media = self.images, self.media
         if images.inline:
@@ -241,7 +261,7 @@ class _Renders:
 
 
 def _submit(executor: Executor, fn: Callable[[_T], tuple[Rendered, str | None]], tasks: list[_T],
-            bar: tqdm) -> list[Future[tuple[Rendered, str | None]]]:
+            bar: Bar) -> list[Future[tuple[Rendered, str | None]]]:
     """Queue file renders in the workers; each finished one ticks the bar."""
     pending = [executor.submit(fn, task) for task in tasks]
     for future in pending:
