@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from mmdatagen.cli import cli
 from mmdatagen.sim import calibrate as cal
+from mmdatagen.sim import whatif
 from mmdatagen.sim.profile import load_profile
 
 KNOWN = {"step_base_ms": 4.0, "per_seq_ms": 0.3, "per_prefill_token_ms": 0.02,
@@ -172,7 +173,7 @@ def test_holdout_runs_are_replayed_not_fitted(runs, tmp_path):
     code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", out, "--base-profile",
                          known, "--holdout", held)
     assert code == 0, text
-    fitted_part, held_part = text.split("held out (not fitted):")
+    fitted_part, held_part = text.split("held out (not fitted")
     assert "run_c_8_4" in held_part and "run_c_8_4" not in fitted_part
     prof = load_profile(str(out))
     assert not any("run_c_8_4" in r for r in prof.calibration["runs"])
@@ -182,8 +183,9 @@ def test_holdout_runs_are_replayed_not_fitted(runs, tmp_path):
     assert code == 0
     alone = load_profile(str(tmp_path / "alone.yaml"))
     assert all(getattr(alone, p) == getattr(prof, p) for p in cal.PARAMS)
-    for line in held_part.strip().splitlines()[:2]:  # measured, predicted and the error
+    for line in held_part.strip().splitlines()[1:3]:  # measured, predicted and the error
         assert line.count("%") == 2, line
+        assert line.count(" ±") == 2, line  # the prediction's 1 sigma, TTFT and req/s
 
 
 def test_a_cost_fitted_negative_is_held_at_zero():
@@ -348,6 +350,14 @@ def test_calibrate_with_an_engine_log(runs, tmp_path):
     assert "frontend_image_ms" not in prof.calibration["from_engine_log"]
     assert abs(prof.frontend_image_ms / KNOWN["frontend_image_ms"] - 1) <= 0.05
     assert prof.calibration["parameters"]["frontend_image_ms"]["se"] > 0
+    # the log's costs keep their uncertainty: their own correlation (1 on the diagonal), none
+    # with the records' costs, so the what-if intervals move them too
+    corr = np.array(prof.calibration["correlation"])
+    at = {p: cal.PARAMS.index(p) for p in prof.calibration["from_engine_log"]}
+    assert all(corr[i, i] == 1.0 for i in at.values())
+    assert corr[at["step_base_ms"], cal.PARAMS.index("frontend_image_ms")] == 0.0
+    moved = set(whatif.uncertainty(prof)[0])
+    assert set(at) <= moved and "frontend_image_ms" in moved
     empty = tmp_path / "plain.log"
     empty.write_text("INFO started\n")
     code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", tmp_path / "g.yaml",

@@ -463,6 +463,23 @@ def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
     return _headline(build_export(res.records, input_config={}))
 
 
+def predict_interval(run: Run, prof: Profile, centre: dict[str, float | None]
+                     ) -> dict[str, list[float]] | None:
+    """±1 sigma of ``centre`` (``predict(run, prof)``) from the fit's uncertainty: the run
+    replayed at the sigma points of the costs' covariance (:mod:`whatif`); None without a
+    calibration's uncertainty or the run's dataset."""
+    from .whatif import interval_rows, sigma_points
+
+    pairs = sigma_points(prof)
+    moved = [(predict(run, hi), predict(run, lo)) for hi, lo in pairs]
+    if not moved or any(hi is None or lo is None for hi, lo in moved):
+        return None
+    rows = interval_rows([dict(centre)], [([dict(hi)], [dict(lo)]) for hi, lo in moved
+                                          if hi is not None and lo is not None], tuple(centre))
+    band: dict[str, list[float]] = rows[0]["interval"]
+    return band
+
+
 # -- the command's call ---------------------------------------------------------------------
 @dataclass
 class Calibration:
@@ -518,10 +535,19 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
     result = _with_log(fit(runs, held), steps)
     prof = fitted_profile(base, result, runs, Path(output).stem, tokens)
     held_out = [load_run(p, base.cache) for p in holdout or ()]
-    residuals = [{"run": str(r.path), "hits": r.hits, "measured": measured(r),
-                  "predicted": predict(r, prof), "fitted": i < len(runs)}
+    residuals = [_residual(r, prof, fitted=i < len(runs))
                  for i, r in enumerate([*runs, *held_out])]
     return Calibration(prof, result, runs, base, residuals, tokens, steps, count)
+
+
+def _residual(run: Run, prof: Profile, fitted: bool) -> dict[str, Any]:
+    """The run measured and replayed with ``prof``; a held-out run's prediction with its
+    interval (``predict_interval``)."""
+    predicted = predict(run, prof)
+    interval = (predict_interval(run, prof, predicted) if predicted is not None and not fitted
+                else None)
+    return {"run": str(run.path), "hits": run.hits, "measured": measured(run),
+            "predicted": predicted, "fitted": fitted, "interval": interval}
 
 
 def _log_fit(engine_logs: list[Path] | None, base: Profile, hold: dict[str, float]
@@ -541,13 +567,19 @@ def _log_fit(engine_logs: list[Path] | None, base: Profile, hold: dict[str, floa
 
 
 def _with_log(result: Fit, steps: Fit | None) -> Fit:
-    """The records' fit with the log's costs marked as fitted there, with their se."""
+    """The records' fit with the log's costs marked as fitted there, with their se and their
+    correlation from the log's fit (the records held them: rows of 0 there, which dropped
+    their uncertainty from every interval). The two fits read different data: no
+    correlation across them."""
     if steps is None:
         return result
+    corr = np.array(result.correlation, dtype=float).reshape(len(PARAMS), len(PARAMS))
+    at = [PARAMS.index(p) for p in steps.from_log]
+    corr[np.ix_(at, at)] = np.asarray(steps.correlation, dtype=float)[np.ix_(at, at)]
     return replace(result, held={p: v for p, v in result.held.items()
                                  if p not in steps.from_log},
                    se={**result.se, **{p: steps.se[p] for p in steps.from_log}},
-                   from_log=steps.from_log)
+                   correlation=corr.tolist(), from_log=steps.from_log)
 
 
 def dataset_terms(runs: list[Run], base: Profile) -> tuple[list[Run], TextTokens | None]:
@@ -603,17 +635,27 @@ def report_lines(cal: Calibration) -> list[str]:
                  f"{'req/s meas':>10} {'pred':>9} {'err':>7}")
     for i, row in enumerate(cal.residuals):
         if i == len(cal.runs):  # the fitted runs come first, then the held-out ones
-            lines.append("held out (not fitted):")
-        meas, pred = row["measured"], row["predicted"] or {}
-        cells = []
-        for key in ("ttft_p50", "throughput"):
-            mv, pv = meas.get(key), pred.get(key)
-            err = f"{(pv / mv - 1) * 100:+6.1f}%" if mv and pv is not None else "-"
-            cells.append(f"{_num(mv):>9} {_num(pv):>9} {err:>7}")
-        lines.append(f"{_short(row['run']):32} {row['hits']:6d}     {cells[0]}  {cells[1]}")
+            lines.append("held out (not fitted; ± the prediction's 1 sigma from the fit's "
+                         "uncertainty, TTFT ms and req/s):")
+        lines.append(_residual_line(row))
     if any(row["predicted"] is None for row in cal.residuals):
         lines.append("(pred -: the run's dataset is not at hand to replay it)")
     return lines
+
+
+def _residual_line(row: dict[str, Any]) -> str:
+    """One run's line: measured, predicted and the error of TTFT p50 and throughput (and a
+    held-out run's 1 sigma)."""
+    meas, pred = row["measured"], row["predicted"] or {}
+    cells = []
+    for key in ("ttft_p50", "throughput"):
+        mv, pv = meas.get(key), pred.get(key)
+        err = f"{(pv / mv - 1) * 100:+6.1f}%" if mv and pv is not None else "-"
+        cells.append(f"{_num(mv):>9} {_num(pv):>9} {err:>7}")
+    band = row.get("interval") or {}
+    sigma = "".join(f" ±{(band[k][1] - band[k][0]) / 2:.3g}"
+                    for k in ("ttft_p50", "throughput") if k in band)
+    return f"{_short(row['run']):32} {row['hits']:6d}     {cells[0]}  {cells[1]}{sigma}"
 
 
 def _num(v: float | None) -> str:

@@ -83,11 +83,12 @@ def _moved(prof: Profile, names: list[str], values: np.ndarray) -> Profile:
     return replace(prof, **changes)
 
 
-def interval_rows(rows: list[dict], pairs: list[tuple[list[dict], list[dict]]]) -> list[dict]:
+def interval_rows(rows: list[dict], pairs: list[tuple[list[dict], list[dict]]],
+                  metrics: tuple[str, ...] = METRICS) -> list[dict]:
     """``rows`` with ``interval`` ({metric: [low, high]}) from the sigma-point runs' rows."""
     for i, row in enumerate(rows):
         band: dict[str, list[float]] = {}
-        for m in METRICS:
+        for m in metrics:
             if row.get(m) is None:
                 continue
             diffs = [(hi[i][m] - lo[i][m]) / 2.0 for hi, lo in pairs

@@ -91,15 +91,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 def _calibration_summary(terminalreporter) -> None:
     terminalreporter.write_sep("-", "calibrated profile: held-out runs, predicted vs measured")
-    terminalreporter.write_line("case | repeats | TTFT p50 ms: measured (each) / predicted / "
-                                "error / spread | req/s: measured (each) / predicted / error / "
-                                "spread")
+    terminalreporter.write_line("case | repeats | TTFT p50 ms: measured (each) / predicted "
+                                "(band) / error / beyond the band / spread | req/s: the same")
     for row in CALIBRATION:
         cells = []
         for metric in ("ttft_p50", "throughput"):
             m = row[metric]
+            low, high = m["band"]
             cells.append(f"{', '.join(f'{v:.2f}' for v in m['measured'])} / "
-                         f"{m['predicted']:.2f} / {m['error']:+.1%} / {m['spread']:.1%}")
+                         f"{m['predicted']:.2f} ({low:.2f}..{high:.2f}) / {m['error']:+.1%} / "
+                         f"{m['beyond']:+.1%} / {m['spread']:.1%}"
+                         + ("" if m.get("asserted", True) else " (reported only)"))
         terminalreporter.write_line(f"{row['case']} | {row['repeats']} | {cells[0]} | {cells[1]}")
 
 
