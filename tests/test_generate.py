@@ -69,6 +69,22 @@ def test_text_has_exact_token_count(run_cli, tmp_path, tokenizer):
     assert len({r["text"] for r in rows}) == 30
 
 
+def test_word_list_is_fakers_read_from_its_source():
+    """The filler text's words are Faker's English list, read from its source file (the fast
+    path, not the import of every faker locale it falls back to)."""
+    import importlib.util
+
+    from faker.providers.lorem.en_US import Provider
+
+    from mmdatagen.content.text import _class_literal, faker_word_list
+
+    source = Path(importlib.util.find_spec("faker").origin).parent / "providers" / "lorem"
+    assert _class_literal(source / "en_US" / "__init__.py", "Provider", "word_list") == \
+        Provider.word_list
+    assert faker_word_list() == tuple(Provider.word_list) and len(Provider.word_list) > 500
+    assert _class_literal(source / "missing.py", "Provider", "word_list") is None
+
+
 def test_local_hf_tokenizer_json(run_cli, tmp_path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,12 +33,46 @@ BANK_SIZE = 4096
 MAX_ATTEMPTS = 64
 
 
+def faker_word_list() -> tuple[str, ...]:
+    """Faker's English word list (``faker.providers.lorem.en_US.Provider.word_list``), read from
+    its source file: importing any module of faker runs the package's ``__init__``, which loads
+    every provider of every locale (about 0.2 s of each process that writes text). Imported the
+    ordinary way when the file no longer spells the list as one literal of that class."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("faker")
+    if spec is not None and spec.origin is not None:
+        source = Path(spec.origin).parent / "providers" / "lorem" / "en_US" / "__init__.py"
+        words = _class_literal(source, "Provider", "word_list")
+        if isinstance(words, (tuple, list)):
+            return tuple(words)
+    from faker.providers.lorem.en_US import Provider
+
+    return tuple(Provider.word_list)
+
+
+def _class_literal(path: Path, cls: str, name: str) -> Any:
+    """The literal value assigned to ``name`` in the body of class ``cls`` of a Python source
+    file; None when there is no such assignment of a literal."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values = [n.value for c in tree.body if isinstance(c, ast.ClassDef) and c.name == cls
+              for n in c.body if isinstance(n, ast.Assign)
+              and [getattr(t, "id", None) for t in n.targets] == [name]]
+    try:
+        return ast.literal_eval(values[0]) if values else None
+    except ValueError:
+        return None
+
+
 @lru_cache(maxsize=1)
 def sentence_bank() -> tuple[str, ...]:
     """Fixed filler sentences built from Faker's English word list (same for every seed)."""
-    from faker.providers.lorem.en_US import Provider
-
-    words = np.array(Provider.word_list, dtype=object)
+    words = np.array(faker_word_list(), dtype=object)
     g = np.random.default_rng(0xBA4C)
     lengths = g.integers(6, 19, BANK_SIZE)
     picks = words[g.integers(0, len(words), int(lengths.sum()))]
