@@ -23,17 +23,20 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
+import functools
 import io
-import multiprocessing
 import os
 import signal
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+
+# ctypes, multiprocessing and concurrent.futures' process pool are imported where they are
+# used: every command imports this module first, and those three cost about 30 ms of each start
 
 from .errors import RunFailed, SpecError, UserError
 
@@ -143,7 +146,9 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> boo
         return False
     try:
         if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            import ctypes
+
+            _libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc's prctl
         if _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
@@ -271,24 +276,30 @@ def silence_stdout() -> None:
             pass
 
 
-class _Workers(ProcessPoolExecutor):
-    """A process pool whose ``with`` block, left by an exception (Ctrl-C, SIGTERM, a full
-    disk), cancels the queued tasks and kills the workers instead of waiting for them."""
+@functools.cache
+def _pools() -> tuple[type[ProcessPoolExecutor], type[ThreadPoolExecutor]]:
+    """The process pool and the thread pool ``start_workers`` makes (defined on first use)."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Literal[False]:
-        if exc_type is None:
-            self.shutdown(wait=True)
-        else:
-            stop_workers(self)
-        return False
+    class _Workers(ProcessPoolExecutor):
+        """A process pool whose ``with`` block, left by an exception (Ctrl-C, SIGTERM, a full
+        disk), cancels the queued tasks and kills the workers instead of waiting for them."""
 
+        def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                     tb: TracebackType | None) -> Literal[False]:
+            if exc_type is None:
+                self.shutdown(wait=True)
+            else:
+                stop_workers(self)
+            return False
 
-class _Threads(ThreadPoolExecutor):
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> Literal[False]:
-        self.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
-        return False
+    class _Threads(ThreadPoolExecutor):
+        def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                     tb: TracebackType | None) -> Literal[False]:
+            self.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
+            return False
+
+    return _Workers, _Threads
 
 
 def stop_workers(executor: Executor) -> None:
@@ -324,10 +335,13 @@ def start_workers(workers: int = 0) -> Executor:
     Workers die with this process even when it is SIGKILLed (``lifecycle.die_with_parent``)
     and leave Ctrl-C and SIGTERM to it: it stops them (``stop_workers``) within a second.
     """
+    import multiprocessing
+
     workers = pool_size(workers)
+    processes, threads = _pools()
     if "fork" not in multiprocessing.get_all_start_methods():
-        return _Threads(workers)
-    pool = _Workers(workers, mp_context=multiprocessing.get_context("fork"),
-                    initializer=child_setup, initargs=(os.getpid(),))
+        return threads(workers)
+    pool = processes(workers, mp_context=multiprocessing.get_context("fork"),
+                     initializer=child_setup, initargs=(os.getpid(),))
     pool.submit(int).result()  # launch the processes now
     return pool
