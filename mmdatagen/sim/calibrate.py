@@ -470,13 +470,15 @@ def predict_interval(run: Run, prof: Profile, centre: dict[str, float | None]
     calibration's uncertainty or the run's dataset."""
     from .whatif import interval_rows, sigma_points
 
-    pairs = sigma_points(prof)
-    moved = [(predict(run, hi), predict(run, lo)) for hi, lo in pairs]
-    if not moved or any(hi is None or lo is None for hi, lo in moved):
+    moved: list[tuple[list[dict], list[dict]]] = []
+    for hi, lo in sigma_points(prof):
+        up, down = predict(run, hi), predict(run, lo)
+        if up is None or down is None:
+            return None
+        moved.append(([up], [down]))
+    if not moved:
         return None
-    rows = interval_rows([dict(centre)], [([dict(hi)], [dict(lo)]) for hi, lo in moved
-                                          if hi is not None and lo is not None], tuple(centre))
-    band: dict[str, list[float]] = rows[0]["interval"]
+    band: dict[str, list[float]] = interval_rows([dict(centre)], moved, tuple(centre))[0]["interval"]
     return band
 
 
