@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..console import NoBar, progress_bar
 from ..errors import SpecError, UserError
 from ..plans.base import Plan
 from ..settings.analyze import POOL_ONLY, SW_ONLY, AnalyzeRequest, PlanAxes, Workload, numbers
@@ -119,22 +119,13 @@ def dataset_trace(req: AnalyzeRequest) -> Trace:
     from ..caches import get_target
 
     key = req.cache.key or get_target(req.model.cache).key
-    bar = _progress(dataset_size(path), req.output.quiet)
+    bar = progress_bar(dataset_size(path), req.output.quiet, desc="scanning", unit="B",
+                       unit_scale=True)
     try:
         return trace_from_dataset(path, key, req.source.dataset_type,
-                                  bar.update if bar else None)
+                                  None if isinstance(bar, NoBar) else bar.update)
     finally:
-        if bar is not None:
-            bar.close()
-
-
-def _progress(total: int | None, quiet: bool) -> Any:
-    if quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="scanning", unit="B", unit_scale=True, file=sys.stderr,
-                leave=False)
+        bar.close()
 
 
 def _plan_trace(plan: Plan, req: AnalyzeRequest) -> Trace:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .. import __version__
+from ..console import Bar, progress_bar
 from ..content.audio import AudioStyle
 from ..content.images import ImageFactory
 from ..content.inline import use_positions
@@ -98,35 +98,11 @@ class Result:
     manifest_data: Manifest | None = field(repr=False, default=None)
 
 
-class Bar(Protocol):
-    """What the pipeline asks of a progress bar (tqdm's, or ``_NoBar``)."""
-
-    def update(self, n: int = 1) -> object: ...
-
-
-class _NoBar:
-    """The bar of a quiet run or a stderr that is no terminal: it shows nothing, so tqdm is not
-    imported (about 0.1 s of each process), as bench and analyze do."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
 def progress(total: int, desc: str, quiet: bool) -> contextlib.AbstractContextManager[Bar]:
-    """A tqdm bar on stderr; silent (``_NoBar``) with --quiet or when stderr is not a
-    terminal."""
-    if quiet or not sys.stderr.isatty():
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="img" if desc == "images" else "row",
-                file=sys.stderr, leave=False)
+    """The images' or rows' bar on stderr (``console.progress_bar``)."""
+    bar: contextlib.AbstractContextManager[Bar] = progress_bar(
+        total, quiet, desc=desc, unit="img" if desc == "images" else "row")
+    return bar
 
 
 def default_image_dir(output: Path) -> Path:
