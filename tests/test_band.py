@@ -380,6 +380,29 @@ def test_fcfs_groups_order_what_the_send_times_leave_open():
     assert dense.largest == 100 and len(set(dense.lo.tolist())) == 1
 
 
+def test_tie_window_joins_one_steps_first_tokens_behind_a_frontend():
+    """First tokens as clients saw them at concurrency 8 on two cores: one step's spread over up
+    to 24 ms behind Dynamo's frontend with steps 110 ms apart or more (prefills of 875 tokens),
+    6.3 ms behind vLLM's with steps 26 ms apart. The window from the run's own gaps keeps each step one group and the steps apart (a
+    fixed 5 ms split steps, and the band missed the engine's count); with no step of several
+    first tokens (concurrency 1) it is ``TIE_NS``."""
+    from mmdatagen.loadgen.band import TIE_NS, fcfs_windows, tie_window
+
+    rng = np.random.default_rng(7)
+    for spread, apart in ((24.0, 110.0), (6.3, 26.0)):
+        steps = np.cumsum(spread + apart + rng.uniform(0, 90, 30))  # last to next first
+        first_ms = np.concatenate([t + np.sort(rng.uniform(0, spread, 3)) for t in steps])
+        first_ms[1::3] = first_ms[0::3] + spread  # the widest spread seen, in every step
+        first = (first_ms * 1e6).astype(np.int64)
+        assert spread * 1e6 < tie_window(first) < apart * 1e6
+        w = fcfs_windows(np.zeros(first.size, np.int64), first, first, None)
+        step_of = np.repeat(np.arange(steps.size), 3)
+        assert all(len(set(w.lo[step_of == k].tolist())) == 1 for k in range(steps.size))
+        assert len(set(w.lo.tolist())) == steps.size
+    lone = (np.cumsum(rng.uniform(40, 300, 50)) * 1e6).astype(np.int64)
+    assert tie_window(lone) == TIE_NS
+
+
 # -- vLLM's encoder cache and Dynamo's two tiers past the exact search ---------------------------
 TIER_TARGETS = ("vllm-encoder", "dynamo-embedding", "dynamo-connector")
 

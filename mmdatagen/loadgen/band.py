@@ -1378,7 +1378,17 @@ def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
 
 
 # -- first come, first served: the order a scheduler's first tokens show ------------------------
-TIE_NS = 5_000_000  # first tokens closer than this may come from one engine step: either order
+# First tokens closer than the tie window may come from one engine step: either order. The
+# window is at least TIE_NS. At concurrency 8 on two cores, one step's first tokens reached the
+# client up to 24 ms apart behind Dynamo's frontend (its steps' 110 ms apart and more, prefills
+# of 875 tokens), 6.3 ms behind vLLM's (26 ms and more). So the window comes from the run
+# (``tie_window``): where the sorted gaps between first tokens jump by TIE_JUMP or more (one
+# step's spread below, the steps' spacing above), their geometric mean. A wider window only
+# joins steps (a wider band, never a wrong one); a fixed 5 ms split a step behind Dynamo's
+# frontend, and the band missed the engine's count.
+TIE_NS = 10_000_000
+TIE_JUMP = 3.0
+TIE_SPREAD_NS = 50_000_000  # the widest spread inside one step the jump may stand above
 MAX_GROUP = 64  # a larger group of first tokens says no engine steps apart (a band over it: no)
 
 
@@ -1392,11 +1402,28 @@ class FcfsWindows:
     later_lo: np.ndarray | None
     later_hi: np.ndarray | None
     largest: int = 0
+    tie_ns: int = TIE_NS
+
+
+def tie_window(first: np.ndarray) -> int:
+    """The tie window of first tokens ``first`` (ns, any order): where the sorted gaps between
+    them jump by ``TIE_JUMP`` or more, from a gap of at most ``TIE_SPREAD_NS`` to one above
+    ``TIE_NS`` (the largest such jump), the two gaps' geometric mean, at most ``TIE_SPREAD_NS``;
+    else ``TIE_NS``. Never below ``TIE_NS``."""
+    gaps = np.diff(np.sort(np.asarray(first, np.int64)))
+    gaps = np.unique(np.maximum(gaps[gaps > 0], 1_000_000))  # below 1 ms: as 1 ms
+    below, above = gaps[:-1], gaps[1:]
+    jump = np.where((above > TIE_NS) & (below <= TIE_SPREAD_NS), above / np.maximum(below, 1),
+                    0.0)
+    if not jump.size or jump.max() < TIE_JUMP:
+        return TIE_NS
+    k = int(np.argmax(jump))
+    return int(np.clip(np.sqrt(float(below[k]) * float(above[k])), TIE_NS, TIE_SPREAD_NS))
 
 
 def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
                  later: np.ndarray | None, slack: np.ndarray | None = None,
-                 tie_ns: int = TIE_NS, at_first_token: bool = False) -> FcfsWindows:
+                 tie_ns: int | None = None, at_first_token: bool = False) -> FcfsWindows:
     """The windows of a first-come-first-served engine, on the axis of first-token times.
 
     An engine that schedules in arrival order (vLLM's and SGLang's default, Dynamo's workers on
@@ -1404,7 +1431,8 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     its first token earlier (its prefill only gets the tokens left after every earlier one's).
     So the first tokens the client saw give the order of the lookups, except for requests of
     one step, whose tokens come out together: first tokens closer than ``tie_ns`` (after each
-    is widened by its clock ``slack``) form one group, within which any order is possible.
+    is widened by its clock ``slack``; default ``tie_window`` of them) form one group, within
+    which any order is possible.
     A request's window is its group's span, so groups are ordered and members of one are not.
 
     A moment known only in real time, ``[a, b]`` (the lookup of a request without a first
@@ -1421,6 +1449,7 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     chunked over several steps looks up earlier, which only the band over any order covers."""
     slack = np.zeros(s.size, np.int64) if slack is None else slack.astype(np.int64)
     tok = first >= 0
+    tie_ns = tie_window(first[tok]) if tie_ns is None else tie_ns
     axis = _TokenAxis(s - slack, first, tok, slack, tie_ns)
     lo, hi = axis.spans()
     untok = np.flatnonzero(~tok)
@@ -1428,11 +1457,12 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
         lo[untok], hi[untok] = axis.place((s - slack)[untok], (reply_end + slack)[untok])
     largest = int(np.bincount(axis.member).max()) if axis.member.size else 0
     if later is None:
-        return FcfsWindows(lo, hi, None, None, largest)
+        return FcfsWindows(lo, hi, None, None, largest, tie_ns)
     later_lo, later_hi = axis.place(s - slack, later + slack)
     if at_first_token:
         later_lo[tok], later_hi[tok] = lo[tok], hi[tok]
-    return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi), largest)
+    return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi), largest,
+                       tie_ns)
 
 
 class _TokenAxis:

@@ -53,7 +53,7 @@ from ..io.imageref import (
 from ..io.readers import Turn
 from ..outcomes import engine_processed
 from ..vlm import VisionModel
-from .band import MAX_GROUP, SEARCH_BUDGET, TIE_NS, fcfs_windows, known_order, order_band
+from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
 
 
 class _MediaError(Exception):
@@ -302,7 +302,7 @@ class ImageTracker:
         if w.largest > MAX_GROUP:  # first tokens not apart in steps (no engine, or a fast one)
             any_order = self._band(idx, s, f, any_fin, None, weights, fail)
             any_order["order"] = (f"any: every order the send and first-byte times allow ("
-                                  f"{w.largest:,} first tokens within {TIE_NS / 1e6:g} ms of "
+                                  f"{w.largest:,} first tokens within {w.tie_ns / 1e6:.3g} ms of "
                                   "each other: no engine steps to order them)")
             return any_order
         pos = np.argsort(w.lo, kind="stable")
@@ -311,7 +311,8 @@ class ImageTracker:
                           None if w.later_lo is None else w.later_lo[pos],
                           [wt[pos] for wt in weights], [fail[p] for p in pos])
         fcfs["order"] = (f"first come, first served: lookups in first-token order, first tokens "
-                         f"within {TIE_NS / 1e6:g} ms of each other in either order" + (
+                         f"within {w.tie_ns / 1e6:.3g} ms of each other (one engine step) in either "
+                         "order" + (
                              "; entries released in the first token's step (a prefill of one "
                              "step)" if self.target.releases else ""))
         # over more orders, a search that ran out of budget over the first-come ones would too;
