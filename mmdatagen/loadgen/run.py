@@ -233,21 +233,27 @@ class _Stopper:
         finally:
             self.guarded = None
 
-    @contextlib.contextmanager
     def installed(self):
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        installed = []
-        for sig, term in ((signal.SIGINT, False), (signal.SIGTERM, True)):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                self.loop.add_signal_handler(sig, self.on_signal, term)
-                installed.append(sig)
-        try:
-            yield self
-        finally:
-            for sig in installed:
-                self.loop.remove_signal_handler(sig)
-                with contextlib.suppress(TypeError, ValueError):
-                    signal.signal(sig, previous[sig])  # asyncio resets to the default
+        return _loop_signals(self.loop, lambda sig: self.on_signal(sig == signal.SIGTERM))
+
+
+@contextlib.contextmanager
+def _loop_signals(loop, handler):
+    """Ctrl-C and SIGTERM handled by ``handler(signum)`` on ``loop`` inside the block (not
+    raised), the process's own handlers back after it."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, handler, sig)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+            with contextlib.suppress(TypeError, ValueError):
+                signal.signal(sig, previous[sig])  # asyncio resets to the default
 
 
 @dataclass
@@ -483,19 +489,32 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool
     return export, extra
 
 
-async def _run_async(run: BenchRun, url: str, embedded: bool = False) -> BenchResult:
+async def _run_async(run: BenchRun, url: str, embedded: bool = False,
+                     driving: list | None = None) -> BenchResult:
+    """The run; ``driving`` gets an item once the requests start (before it, a Ctrl-C or
+    SIGTERM raises, and ``_run_with_target`` writes the unstarted export)."""
     s = _session(run, url, embedded)
     if run.shard.num_shards > 1:
         s.clock = await probe_clock(url)
     if run.shard.start_at is not None:
         await asyncio.sleep(seconds_to_start(run.shard.start_at))
+    if driving is not None:
+        driving.append(True)
     d = await _drive(s, url)
-    export, extra = await _export(s, url, d, embedded)
-    out = Path(run.target.output_dir)
-    paths = write_exports(out, s.ctx.records, export, extra)
+    late: list[int] = []  # a signal while the export is written: acted on once it is written
+
+    def hold(signum: int) -> None:
+        if not late and not run.load.quiet:
+            print("\nstopping once the export is written", file=sys.stderr)
+        late.append(signum)
+    with _loop_signals(asyncio.get_running_loop(), hold):
+        export, extra = await _export(s, url, d, embedded)
+        out = Path(run.target.output_dir)
+        paths = write_exports(out, s.ctx.records, export, extra)
     if s.ctx.fatal is not None:
         raise UserError(f"{s.ctx.fatal} (run stopped; partial exports in {out})")
-    return BenchResult(export, s.ctx.records, paths, console_table(export), d.stopped_by)
+    stopped = d.stopped_by if d.stopped_by is not None else (late[0] if late else None)
+    return BenchResult(export, s.ctx.records, paths, console_table(export), stopped)
 
 
 def _run_loop(coro):
@@ -523,18 +542,23 @@ def run_bench(run: BenchRun) -> BenchResult:
 
 
 def _run_with_target(run: BenchRun) -> BenchResult:
-    if run.target.url:
-        return _run_loop(_run_async(run, run.target.url))
-    from ..sim.embedded import EmbeddedServer
-
-    server = EmbeddedServer(run.simulator())
+    """The run against its server (the embedded simulator when it has no ``url``). Stopped
+    before its first request (while the simulator starts, the dataset is read, a worker waits
+    for its start): an empty, cancelled export."""
+    driving: list = []
     try:
+        if run.target.url:
+            return _run_loop(_run_async(run, run.target.url, driving=driving))
+        from ..sim.embedded import EmbeddedServer
+
+        server = EmbeddedServer(run.simulator())
         server.start()
-    except KeyboardInterrupt:  # stopped while the simulator starts: an empty, cancelled export
-        _write_unstarted(run)
+        with server as srv:
+            return _run_loop(_run_async(run, srv.url, embedded=True, driving=driving))
+    except KeyboardInterrupt:
+        if not driving:
+            _write_unstarted(run)
         raise
-    with server as srv:
-        return _run_loop(_run_async(run, srv.url, embedded=True))
 
 
 def _write_unstarted(run: BenchRun) -> None:

@@ -133,6 +133,34 @@ def test_ctrl_c_during_first_metrics_scrape_still_exports(tmp_path, small_datase
     assert export["was_cancelled"] is True and export["run_info"]["requests_started"] == 0
 
 
+def test_sigterm_before_the_first_request_still_exports(tmp_path, small_dataset):
+    """A sharded worker stopped while it waits for its --start-at (its dataset read, the
+    server's clock probed): exit 143 and an empty, cancelled export. CI once sent the
+    signal this early (a loaded machine): the run ended without one."""
+    probed = threading.Event()
+
+    def models(conn) -> None:  # the clock probes: answered, with the server's Date
+        body = b'{"data": []}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nDate: "
+                     + time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime()).encode()
+                     + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        probed.set()
+
+    with hostile_server(models) as url:
+        proc = start("bench", "--input-file", small_dataset, "--url", url, "--model", "m",
+                     "--concurrency", 2, "--num-shards", 2, "--shard-index", 0, "--start-at",
+                     int(time.time()) + 120, "-q", "--output-dir", "out", cwd=tmp_path)
+        try:
+            assert probed.wait(60)
+            time.sleep(1.0)  # the probes done: waiting for the start
+            rc, seconds, err = stop(proc, signal.SIGTERM)
+        finally:
+            kill_tree(proc)
+    assert rc == 143 and "Traceback" not in err and seconds < STOP_BOUND_S
+    export = orjson.loads((tmp_path / "out" / "profile_export_mmdatagen.json").read_bytes())
+    assert export["was_cancelled"] is True and export["run_info"]["requests_started"] == 0
+
+
 @pytest.mark.parametrize("command", ["analyze", "simulate"])
 def test_other_long_commands_stop_on_sigterm(tmp_path, small_dataset, command):
     """SIGTERM reaches analyze and simulate as Ctrl-C does: exit 143, no traceback."""
