@@ -383,9 +383,9 @@ def test_fcfs_groups_order_what_the_send_times_leave_open():
 def test_tie_window_joins_one_steps_first_tokens_behind_a_frontend():
     """First tokens as clients saw them at concurrency 8 on two cores: one step's spread over up
     to 24 ms behind Dynamo's frontend with steps 110 ms apart or more (prefills of 875 tokens),
-    6.3 ms behind vLLM's with steps 26 ms apart. The window from the run's own gaps keeps each step one group and the steps apart (a
-    fixed 5 ms split steps, and the band missed the engine's count); with no step of several
-    first tokens (concurrency 1) it is ``TIE_NS``."""
+    6.3 ms behind vLLM's with steps 26 ms apart. The window from the run's own gaps keeps each
+    step one group and the steps apart (a fixed 5 ms split steps, and the band missed the
+    engine's count); with no step of several first tokens (concurrency 1) it is ``TIE_NS``."""
     from mmdatagen.loadgen.band import TIE_NS, fcfs_windows, tie_window
 
     rng = np.random.default_rng(7)
@@ -394,13 +394,43 @@ def test_tie_window_joins_one_steps_first_tokens_behind_a_frontend():
         first_ms = np.concatenate([t + np.sort(rng.uniform(0, spread, 3)) for t in steps])
         first_ms[1::3] = first_ms[0::3] + spread  # the widest spread seen, in every step
         first = (first_ms * 1e6).astype(np.int64)
-        assert spread * 1e6 < tie_window(first) < apart * 1e6
-        w = fcfs_windows(np.zeros(first.size, np.int64), first, first, None)
+        sent = np.repeat(((np.r_[0.0, steps[:-1] + spread] + 1) * 1e6).astype(np.int64), 3)
+        assert spread * 1e6 < tie_window(first, sent) < apart * 1e6
+        w = fcfs_windows(sent, first, first, None)
         step_of = np.repeat(np.arange(steps.size), 3)
         assert all(len(set(w.lo[step_of == k].tolist())) == 1 for k in range(steps.size))
         assert len(set(w.lo.tolist())) == steps.size
     lone = (np.cumsum(rng.uniform(40, 300, 50)) * 1e6).astype(np.int64)
     assert tie_window(lone) == TIE_NS
+
+
+def test_tie_window_does_not_join_steps_across_idle_gaps():
+    """A GPU engine's bursts: steps 10-14 ms apart, each with first tokens within 1 ms of each
+    other, every request after the first step sent just after an earlier step's first token,
+    bursts a second apart. The largest jump in the gaps (steps to idle) would make a window
+    of 50 ms, joining the steps of a burst: it would put requests sent after a first token in
+    that token's step, so the window stays at ``TIE_NS`` and every step is its own group."""
+    from mmdatagen.loadgen.band import TIE_NS, fcfs_windows, tie_window
+
+    rng = np.random.default_rng(11)
+    first, sent, step_of = [], [], []
+    t = 0.0
+    for burst in range(6):
+        prev = t - 1.0  # the burst's first requests: sent just before it
+        for step in range(8):
+            t += rng.uniform(10, 14)
+            for j in range(2):
+                first.append(t + 0.4 * j)
+                sent.append(prev + 0.5)
+                step_of.append(burst * 8 + step)
+            prev = t
+        t += 1000.0
+    first_ns = (np.array(first) * 1e6).astype(np.int64)
+    sent_ns = (np.array(sent) * 1e6).astype(np.int64)
+    assert tie_window(first_ns) == 50_000_000  # without the send times: the idle jump
+    assert tie_window(first_ns, sent_ns) == TIE_NS
+    w = fcfs_windows(sent_ns, first_ns, first_ns, None)
+    assert len(set(w.lo.tolist())) == len(set(step_of))
 
 
 # -- vLLM's encoder cache and Dynamo's two tiers past the exact search ---------------------------

@@ -1379,14 +1379,17 @@ def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
 
 # -- first come, first served: the order a scheduler's first tokens show ------------------------
 # First tokens closer than the tie window may come from one engine step: either order. The
-# window is at least TIE_NS. At concurrency 8 on two cores, one step's first tokens reached the
-# client up to 24 ms apart behind Dynamo's frontend (its steps' 110 ms apart and more, prefills
-# of 875 tokens), 6.3 ms behind vLLM's (26 ms and more). So the window comes from the run
+# window is at least TIE_NS (one step's first tokens behind vLLM's server at low load; steps of
+# a GPU engine come 10 ms apart). At concurrency 8 on two cores, one step's first tokens
+# reached the client up to 24 ms apart behind Dynamo's frontend (its steps' 110 ms apart and
+# more, prefills of 875 tokens), 6.3 ms behind vLLM's (26 ms and more), and a fixed 5 ms split
+# such a step: the band missed the engine's count. So the window comes from the run
 # (``tie_window``): where the sorted gaps between first tokens jump by TIE_JUMP or more (one
-# step's spread below, the steps' spacing above), their geometric mean. A wider window only
-# joins steps (a wider band, never a wrong one); a fixed 5 ms split a step behind Dynamo's
-# frontend, and the band missed the engine's count.
-TIE_NS = 10_000_000
+# step's spread below, the steps' spacing above), their geometric mean, unless that would put
+# in one step a request sent after another's first token (then steps, not a spread, lie below
+# the jump: an idle gap above them). A wider window only joins steps (a wider band, never a
+# wrong one).
+TIE_NS = 5_000_000
 TIE_JUMP = 3.0
 TIE_SPREAD_NS = 50_000_000  # the widest spread inside one step the jump may stand above
 MAX_GROUP = 64  # a larger group of first tokens says no engine steps apart (a band over it: no)
@@ -1405,20 +1408,34 @@ class FcfsWindows:
     tie_ns: int = TIE_NS
 
 
-def tie_window(first: np.ndarray) -> int:
-    """The tie window of first tokens ``first`` (ns, any order): where the sorted gaps between
-    them jump by ``TIE_JUMP`` or more, from a gap of at most ``TIE_SPREAD_NS`` to one above
-    ``TIE_NS`` (the largest such jump), the two gaps' geometric mean, at most ``TIE_SPREAD_NS``;
-    else ``TIE_NS``. Never below ``TIE_NS``."""
-    gaps = np.diff(np.sort(np.asarray(first, np.int64)))
+def tie_window(first: np.ndarray, sent: np.ndarray | None = None) -> int:
+    """The tie window of first tokens ``first`` (ns, any order; ``sent``: the requests' send
+    times, same order): ``TIE_NS``, or where the sorted gaps between them jump by ``TIE_JUMP``
+    or more, from a gap of at most ``TIE_SPREAD_NS`` to one above ``TIE_NS``, the two gaps'
+    geometric mean (at most ``TIE_SPREAD_NS``): the largest such jump whose window puts no
+    request sent after another's first token in one step with it."""
+    first = np.asarray(first, np.int64)
+    gaps = np.diff(np.sort(first))
     gaps = np.unique(np.maximum(gaps[gaps > 0], 1_000_000))  # below 1 ms: as 1 ms
     below, above = gaps[:-1], gaps[1:]
     jump = np.where((above > TIE_NS) & (below <= TIE_SPREAD_NS), above / np.maximum(below, 1),
                     0.0)
-    if not jump.size or jump.max() < TIE_JUMP:
-        return TIE_NS
-    k = int(np.argmax(jump))
-    return int(np.clip(np.sqrt(float(below[k]) * float(above[k])), TIE_NS, TIE_SPREAD_NS))
+    for k in np.argsort(-jump, kind="stable").tolist():
+        if jump[k] < TIE_JUMP:
+            break
+        tie = int(np.clip(np.sqrt(float(below[k]) * float(above[k])), TIE_NS, TIE_SPREAD_NS))
+        if sent is None or _one_step_possible(first, np.asarray(sent, np.int64), tie):
+            return tie
+    return TIE_NS
+
+
+def _one_step_possible(first: np.ndarray, sent: np.ndarray, tie: int) -> bool:
+    """Whether every group of first tokens ``tie`` apart could be one engine step: each of its
+    requests sent before its earliest first token."""
+    order = np.argsort(first, kind="stable")
+    f, s = first[order], sent[order]
+    starts = np.flatnonzero(np.r_[True, np.diff(f) > tie])
+    return bool(np.all(np.maximum.reduceat(s, starts) < f[starts]))
 
 
 def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
@@ -1449,7 +1466,7 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     chunked over several steps looks up earlier, which only the band over any order covers."""
     slack = np.zeros(s.size, np.int64) if slack is None else slack.astype(np.int64)
     tok = first >= 0
-    tie_ns = tie_window(first[tok]) if tie_ns is None else tie_ns
+    tie_ns = tie_window(first[tok], (s - 2 * slack)[tok]) if tie_ns is None else tie_ns
     axis = _TokenAxis(s - slack, first, tok, slack, tie_ns)
     lo, hi = axis.spans()
     untok = np.flatnonzero(~tok)
