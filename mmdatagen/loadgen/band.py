@@ -1414,8 +1414,10 @@ def tie_window(first: np.ndarray, sent: np.ndarray | None = None) -> int:
     or more, from a gap of at most ``TIE_SPREAD_NS`` to one above ``TIE_NS``, the two gaps'
     geometric mean (at most ``TIE_SPREAD_NS``): the largest such jump whose window puts no
     request sent after another's first token in one step with it."""
-    first = np.asarray(first, np.int64)
-    gaps = np.diff(np.sort(first))
+    order = np.argsort(np.asarray(first, np.int64), kind="stable")
+    f = np.asarray(first, np.int64)[order]
+    s = None if sent is None else np.asarray(sent, np.int64)[order]
+    gaps = np.diff(f)
     gaps = np.unique(np.maximum(gaps[gaps > 0], 1_000_000))  # below 1 ms: as 1 ms
     below, above = gaps[:-1], gaps[1:]
     jump = np.where((above > TIE_NS) & (below <= TIE_SPREAD_NS), above / np.maximum(below, 1),
@@ -1424,16 +1426,14 @@ def tie_window(first: np.ndarray, sent: np.ndarray | None = None) -> int:
         if jump[k] < TIE_JUMP:
             break
         tie = int(np.clip(np.sqrt(float(below[k]) * float(above[k])), TIE_NS, TIE_SPREAD_NS))
-        if sent is None or _one_step_possible(first, np.asarray(sent, np.int64), tie):
+        if s is None or _one_step_possible(f, s, tie):
             return tie
     return TIE_NS
 
 
-def _one_step_possible(first: np.ndarray, sent: np.ndarray, tie: int) -> bool:
-    """Whether every group of first tokens ``tie`` apart could be one engine step: each of its
-    requests sent before its earliest first token."""
-    order = np.argsort(first, kind="stable")
-    f, s = first[order], sent[order]
+def _one_step_possible(f: np.ndarray, s: np.ndarray, tie: int) -> bool:
+    """Whether every group of first tokens ``f`` (ascending) ``tie`` apart could be one engine
+    step: each of its requests (sent at ``s``) sent before its earliest first token."""
     starts = np.flatnonzero(np.r_[True, np.diff(f) > tie])
     return bool(np.all(np.maximum.reduceat(s, starts) < f[starts]))
 

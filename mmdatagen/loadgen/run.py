@@ -507,6 +507,7 @@ async def _run_async(run: BenchRun, url: str, embedded: bool = False,
         if not late and not run.load.quiet:
             print("\nstopping once the export is written", file=sys.stderr)
         late.append(signum)
+
     with _loop_signals(asyncio.get_running_loop(), hold):
         export, extra = await _export(s, url, d, embedded)
         out = Path(run.target.output_dir)
