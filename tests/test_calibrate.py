@@ -207,6 +207,41 @@ def test_a_cost_fitted_negative_is_held_at_zero():
     assert all(v >= 0.0 for v in result.values.values())
 
 
+def test_a_cost_held_at_zero_keeps_its_uncertainty():
+    """A cost the fit holds at 0 (its least squares went below) keeps the standard error and
+    the correlation of the unbounded fit, so the what-if's interval still moves it: per
+    request and per image trade off, and with the first at 0 and an se of 0 the interval left
+    out what the data cannot tell apart."""
+    rng = np.random.default_rng(1)
+    n = 300
+    x = np.zeros((n, len(cal.PARAMS)))
+    x[:, 0] = 1.0  # frontend_request_ms
+    x[:, 3] = rng.uniform(100, 2000, n)  # prompt tokens
+    x[:, 4] = rng.integers(0, 4, n)  # frontend_image_ms: images preprocessed
+    y = -1.0 + 0.02 * x[:, 3] + 10.0 * x[:, 4] + rng.normal(0, 2.0, n)
+    label = np.array(["ttft"] * n)
+    hold = {p: 0.0 for i, p in enumerate(cal.PARAMS) if i not in (0, 3, 4)}
+    result = cal._nonnegative(x, y, label, hold)
+    request, image = cal.PARAMS.index("frontend_request_ms"), cal.PARAMS.index(
+        "frontend_image_ms")
+    assert result.zeroed == ("frontend_request_ms",)
+    assert result.values["frontend_request_ms"] == 0.0
+    free = [0, 3, 4]  # the same data without the bound
+    unbounded = cal._solve(x[:, free], y, label, [cal.PARAMS[i] for i in free], hold)
+    assert unbounded.values["frontend_request_ms"] < 0.0
+    se = result.se["frontend_request_ms"]
+    assert 0.8 <= se / unbounded.se["frontend_request_ms"] <= 1.25, se
+    corr = np.array(result.correlation)
+    assert corr[request, image] < -0.3 and corr[request, request] == 1.0
+    assert np.all(np.linalg.eigvalsh(corr) > -1e-9)
+    prof = cal.fitted_profile(load_profile("zero-delay"), result, [], "fitted")
+    names, cov = whatif.uncertainty(prof)
+    assert "frontend_request_ms" in names and cov[names.index("frontend_request_ms")].any()
+    moved = [p.frontend_request_ms for pair in whatif.sigma_points(prof)
+             for p in pair]
+    assert min(moved) == 0.0 and max(moved) > 0.5 * se  # moved up, held at 0 below
+
+
 def test_the_engine_keeps_vllms_encoder_cache_beside_the_processor_cache():
     """A profile with ``encoder_cache``: a repeated image skips the encoder (its tokens no
     longer in the step), while the processor cache's hits are unchanged."""

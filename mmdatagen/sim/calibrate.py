@@ -267,18 +267,41 @@ def fit_steps(steps: Steps, hold: dict[str, float]) -> Fit:
 def _nonnegative(x: np.ndarray, y: np.ndarray, label: np.ndarray, hold: dict[str, float]
                  ) -> Fit:
     """The fit with every cost >= 0: a free cost fitted negative is held at 0 and the rest
-    refitted (one at a time, the most negative first), recorded in ``Fit.zeroed``."""
+    refitted (one at a time, the most negative first), recorded in ``Fit.zeroed``. A zeroed
+    cost keeps its uncertainty (:func:`_released`)."""
     zeroed: list[str] = []
+    given = hold
     while True:
         free = [i for i, p in enumerate(PARAMS) if p not in hold]
         held_vec = np.array([hold.get(p, 0.0) for p in PARAMS])
         result = _solve(x[:, free], y - x @ held_vec, label, [PARAMS[i] for i in free], hold)
         negative = [p for p in PARAMS if p not in hold and result.values[p] < 0.0]
         if not negative:
-            return replace(result, zeroed=tuple(zeroed))
+            result = replace(result, zeroed=tuple(zeroed))
+            return _released(x, y, label, result, given) if zeroed else result
         worst = min(negative, key=lambda p: result.values[p] / max(result.se[p], 1e-12))
         hold = {**hold, worst: 0.0}
         zeroed.append(worst)
+
+
+def _released(x: np.ndarray, y: np.ndarray, label: np.ndarray, result: Fit,
+              given: dict[str, float]) -> Fit:
+    """``result`` (some costs zeroed) with the standard errors and correlation of every cost
+    not ``given`` as held, the zeroed ones included: the least-squares curvature at the
+    bounded solution with the bound released, weighted as the last pass weighted. Held at 0
+    with an se of 0, a zeroed cost dropped out of every interval, although the data need not
+    pin it there (of two costs that trade off, per request and per image, one fit of a real
+    engine put the first at 0 and another at 11 ms). The what-if's sigma points keep it >= 0."""
+    names = [p for p in PARAMS if p not in given]
+    at = [PARAMS.index(p) for p in names]
+    w = np.array([1.0 / result.spread[g] for g in label.tolist()])
+    resid = (y - x @ np.array([result.values[p] for p in PARAMS])) * w
+    xw = x[:, at] * w[:, None]
+    scale = max(float(resid @ resid) / max(len(y) - len(names), 1), 1.0)
+    cov = np.linalg.pinv(xw.T @ xw) * scale
+    se = {**result.se, **{n: math.sqrt(max(float(cov[i, i]), 0.0))
+                          for i, n in enumerate(names)}}
+    return replace(result, se=se, correlation=_correlation(cov, names))
 
 
 def _solve(x: np.ndarray, y: np.ndarray, label: np.ndarray, names: list[str],
@@ -617,7 +640,7 @@ def report_lines(cal: Calibration) -> list[str]:
     lines = [f"base profile {cal.base.name}; {len(cal.runs)} runs",
              f"{'parameter':22} {'fitted':>10} {'± se':>9} {'base':>10}"]
     for p in PARAMS:
-        se = ("0 (<0)" if p in f.zeroed else "held" if p in f.held
+        se = (f"{f.se[p]:.3g} at 0" if p in f.zeroed else "held" if p in f.held
               else f"{f.se[p]:.4g} log" if p in f.from_log else f"{f.se[p]:.4g}")
         lines.append(f"{p:22} {f.values[p]:10.4f} {se:>9} {float(getattr(cal.base, p)):10.4f}")
     if cal.tokens is not None:
