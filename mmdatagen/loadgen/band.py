@@ -43,15 +43,16 @@ meaning above will do. Four methods, the first that applies:
       state's hits are exact, so the band holds every order's hits; it is wider than the truth
       only where a block stands for orders no placed set reached (property-tested against brute
       force: equal on three requests).
-   b. Age bound (``age_search``, half the budget). One state per placed set and pinned
-      structure (``TIER_STATES`` before they are joined): each freeable and connector entry has
-      an interval of ages (age: the entry's size plus what would go before it; an allocation of
-      ``s`` evicts it iff age + ``s`` exceeds the budget); a touch adds its size to every entry it
-      may be older than (``_shift``), a join takes the union (an entry missing in one state may
-      be gone). A hit is certain when every age in the interval fits, possible when one does;
-      the lowest counts certain hits, the highest possible ones. Sound by induction over events
-      (each concrete state's ages lie in the intervals), loose where joins forget which of a
-      step's entries went together.
+   b. Age bound (``age_search``, half the budget, or what the searches before it left of
+      seven eighths when they gave up early: their work, not their share). One state per
+      placed set and pinned structure (``TIER_STATES`` before they are joined): each freeable
+      and connector entry has an interval of ages (age: the entry's size plus what would go
+      before it; an allocation of ``s`` evicts it iff age + ``s`` exceeds the budget); a touch
+      adds its size to every entry it may be older than (``_shift``), a join takes the union
+      (an entry missing in one state may be gone). A hit is certain when every age in the
+      interval fits, possible when one does; the lowest counts certain hits, the highest
+      possible ones. Sound by induction over events (each concrete state's ages lie in the
+      intervals), loose where joins forget which of a step's entries went together.
 3. Stack bound, for a single LRU whose entries are present from the lookup on (vLLM's
    processor cache, touch-first included; SGLang's set-keyed cache with its flush on an
    oversize entry). LRU's stack property: an entry ``x`` last touched by request ``u`` is still
@@ -557,6 +558,12 @@ COUNTERS = ("queries", "hits", "misses", "evictions", "inserts")
 Event = tuple[int, int, int, int]  # (window low, window high, kind, send position)
 
 
+def _spend(spent: list[int] | None, work: int) -> None:
+    """Adds a search's ``work`` to ``spent`` (the searches of one band share its budget)."""
+    if spent is not None:
+        spent.append(work)
+
+
 def hopeless(work: int, step: int, events: int, budget: int) -> bool:
     """Whether a search that did ``work`` units over its first ``step + 1`` of ``events``
     steps would, at that pace, take over twice its ``budget``: it gives up at once, and the
@@ -598,11 +605,13 @@ def _quiet(cache: Any) -> None:
 
 def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                  gain: np.ndarray, factory: Callable[[], Any], fail: Sequence[bool],
-                 budget: int = SEARCH_BUDGET) -> list[tuple[int, int]] | None:
+                 budget: int = SEARCH_BUDGET, spent: list[int] | None = None
+                 ) -> list[tuple[int, int]] | None:
     """Lowest and highest hits (``gain[w, p]``: what a hit of request ``p``'s items is worth
     under weight vector ``w``) over every order of the events ``ev`` (sorted by window
     low) consistent with their windows, by a search over placed sets that keeps one copy of
-    equal cache states (the target's own model); None past ``budget`` units of work."""
+    equal cache states (the target's own model); None past ``budget`` units of work (the
+    work done goes into ``spent``)."""
     step_of = _stepper(ev, items, fail, factory)
     half = gain.shape[0]
     cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
@@ -610,21 +619,24 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     layer: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {
         (0, frozenset()): {step_of.start: (0.0,) * (2 * half)}}
     moves = 0
-    for step in range(len(ev)):
-        nxt: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {}
-        for (first, extra), states in layer.items():
-            for q in _ready(ev, first, extra):
-                placed = _placed_after(first, extra, q)
-                _place(step_of, states, q, placed[0], cols[ev[q][3]],
-                       nxt.setdefault(placed, {}))
-                moves += len(states)
-            if moves + APPLY_COST * step_of.applied > budget:
+    try:
+        for step in range(len(ev)):
+            nxt: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {}
+            for (first, extra), states in layer.items():
+                for q in _ready(ev, first, extra):
+                    placed = _placed_after(first, extra, q)
+                    _place(step_of, states, q, placed[0], cols[ev[q][3]],
+                           nxt.setdefault(placed, {}))
+                    moves += len(states)
+                if moves + APPLY_COST * step_of.applied > budget:
+                    return None
+            layer = nxt
+            if hopeless(moves + APPLY_COST * step_of.applied, step, len(ev), budget):
                 return None
-        layer = nxt
-        if hopeless(moves + APPLY_COST * step_of.applied, step, len(ev), budget):
-            return None
-        if len(step_of.states) > MEMO:
-            layer = step_of.compact(layer)
+            if len(step_of.states) > MEMO:
+                layer = step_of.compact(layer)
+    finally:
+        _spend(spent, moves + APPLY_COST * step_of.applied)
     vals = [v for states in layer.values() for v in states.values()]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
             for w in range(half)]
@@ -1036,14 +1048,14 @@ class _TooMany(Exception):
 
 
 def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
-                 gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET
-                 ) -> list[tuple[int, int]] | None:
+                 gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET,
+                 spent: list[int] | None = None) -> list[tuple[int, int]] | None:
     """Bounds on the lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's
     connector) over every order of ``ev`` (sorted by window low) consistent with the windows:
     the search over placed sets of ``exact_search`` with ``_BlockTiers`` states. Exact when
     each request looks up one item; with several, overlapping requests can widen the band a
     little (tests: a band of 0..1 where every order gives 0). None past ``budget`` units of
-    work or an eviction of too many outcomes."""
+    work or an eviction of too many outcomes (the work done goes into ``spent``)."""
     model, half = _BlockTiers(cache), gain.shape[0]
     last = _last_lookup(ev, items)
     cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
@@ -1077,6 +1089,8 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
                 memo.clear()
     except _TooMany:
         return None
+    finally:
+        _spend(spent, work)
     vals = [v for states in layer.values() for v in states.values()]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
             for w in range(half)]
@@ -1279,34 +1293,39 @@ TierLayer = dict[tuple[int, frozenset[int]], dict[Hashable, dict[Hashable, Any]]
 
 def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                 gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET,
-                keep: int = TIER_STATES) -> tuple[list[tuple[int, int]], bool] | None:
+                keep: int = TIER_STATES, spent: list[int] | None = None
+                ) -> tuple[list[tuple[int, int]], bool] | None:
     """Lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's connector)
     over every order of ``ev``: the search over placed sets of ``exact_search`` with
     ``_Tiers`` states (ages; dead entries dropped). Exact (True) while no two states of one
     placed set and pinned structure had to be joined (past ``TIER_STATES``, fewer when a layer
-    holds over ``TIER_LAYER``); else a bound. None past ``budget`` units of work."""
+    holds over ``TIER_LAYER``); else a bound. None past ``budget`` units of work (the work
+    done goes into ``spent``)."""
     model, half = _TierModel(cache), gain.shape[0]
     last = _last_lookup(ev, items)
     start = _Tiers({}, {}, {}, {})
     layer: TierLayer = {(0, frozenset()): {start.structure(): {start.ages(): (
         start, (0.0,) * (2 * half))}}}
     work, joined = 0, False
-    for step in range(len(ev)):
-        nxt: TierLayer = {}
-        for (first, extra), groups in layer.items():
-            for q in _ready(ev, first, extra):
-                placed = _placed_after(first, extra, q)
-                slot = nxt.setdefault(placed, {})
-                for states in groups.values():
-                    for st, val in states.values():
-                        work += _tier_step(model, st, val, ev[q], items, gain, last,
-                                           placed[0], slot)
-            if work > budget:
+    try:
+        for step in range(len(ev)):
+            nxt: TierLayer = {}
+            for (first, extra), groups in layer.items():
+                for q in _ready(ev, first, extra):
+                    placed = _placed_after(first, extra, q)
+                    slot = nxt.setdefault(placed, {})
+                    for states in groups.values():
+                        for st, val in states.values():
+                            work += _tier_step(model, st, val, ev[q], items, gain, last,
+                                               placed[0], slot)
+                if work > budget:
+                    return None
+            joined |= _tier_trim(nxt, keep)
+            layer = nxt
+            if hopeless(work, step, len(ev), budget):
                 return None
-        joined |= _tier_trim(nxt, keep)
-        layer = nxt
-        if hopeless(work, step, len(ev), budget):
-            return None
+    finally:
+        _spend(spent, work)
     vals = [v for groups in layer.values() for states in groups.values()
             for _, v in states.values()]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
@@ -1556,17 +1575,21 @@ METHODS = ("known order", "exact search", "block search", "age bound", "stack bo
 
 def _tier_band(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                gain: np.ndarray, cache: Any, budget: int, known: bool,
-               start: int = 0) -> Band | None:
+               start: int = 0, spent: list[int] | None = None) -> Band | None:
     """vLLM's encoder cache (alone or before Dynamo's connector) past the exact search:
-    the block search (a quarter of the budget), else the age search (half of it); those
-    before ``METHODS[start]`` skipped."""
+    the block search (a quarter of the budget), else the age search: half of it, or what the
+    searches before it left of seven eighths (``spent``: their work; they give up early when
+    their pace says they would not finish), whichever is more; those before
+    ``METHODS[start]`` skipped."""
+    spent = [] if spent is None else spent
     if start <= METHODS.index("block search"):
-        blocks = block_search(ev, items, gain, cache, budget // 4)
+        blocks = block_search(ev, items, gain, cache, budget // 4, spent)
         if blocks is not None:
             return Band(blocks, "block search", known)
     if start > METHODS.index("age bound"):
         return None
-    ages = age_search(ev, items, gain, cache, budget // 2)
+    left = max(budget // 2, budget * 7 // 8 - sum(spent))
+    ages = age_search(ev, items, gain, cache, left)
     return None if ages is None else Band(ages[0], "age bound", known)
 
 
@@ -1603,12 +1626,14 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
     known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
     tiers = _tier_target(factory)
     start = METHODS.index(after) if after in METHODS else 0
+    spent: list[int] = []
     found = exact_search(ev, items, gain, factory, fail or [False] * len(items),
-                         budget // 8 if tiers else budget
+                         budget // 8 if tiers else budget, spent
                          ) if known or start <= METHODS.index("exact search") else None
     if found is not None:
         return Band(found, "known order" if known else "exact search", known)
-    band = _tier_band(ev, items, gain, factory(), budget, known, start) if tiers else None
+    band = _tier_band(ev, items, gain, factory(), budget, known, start,
+                      spent) if tiers else None
     if band is None and stack and start <= METHODS.index("stack bound"):
         band = _stack_answer(target, items, unit, capacity, s, f, weights, factory)
     return band or Band(coarse_band(items, unit.astype(int).tolist(), s, f, weights),
