@@ -210,7 +210,8 @@ def _token_integral(first: np.ndarray, end: np.ndarray, rate: np.ndarray, at: np
 # -- the fit --------------------------------------------------------------------------------
 @dataclass
 class Fit:
-    """Fitted values and standard errors (held parameters: se 0), each row set's spread."""
+    """Fitted values and standard errors (held parameters: se 0, except a cost held at 0
+    after it fitted negative: ``zeroed``), each row set's spread."""
 
     values: dict[str, float]
     se: dict[str, float]
