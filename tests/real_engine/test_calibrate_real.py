@@ -56,8 +56,8 @@ pytestmark = pytest.mark.real_engine
 #   the zipf pool at concurrency 8 (REPORTED_ONLY), -41 to +17 % over 15 cases in five runs;
 #   0.45 beyond the band guards that, and the fitted costs with the frontend's set to 0 (-38 to
 #   -55 % on those cases in one run) fail it.
-# - On a host 1.65x faster (2026-11-28), three runs: TTFT p50 -23 to +34 %, throughput -8 to
-#   +34 %, 19 of 24 within 15 %; one server start ran the zipf pool at concurrency 4 25 %
+# - On a host 1.65x faster (2026-11-28), four runs: TTFT p50 -23 to +39 %, throughput -8 to
+#   +34 %, 23 of 32 within 15 %; one server start ran the zipf pool at concurrency 4 25 %
 #   slower than the others while the fits predicted alike (README, analyst section).
 TOLERANCE = {"throughput": 0.30, "ttft_p50": 0.45}
 BAND = 2.0  # sigmas: about 95 % if the fitted costs' errors are normal
