@@ -16,7 +16,8 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from mmdatagen.caches import get_target, make_cache
-from mmdatagen.loadgen.band import METHODS, RangeSums, _events, known_order, order_band
+from mmdatagen.loadgen.band import (METHODS, RangeSums, _events, coarse_band, known_order,
+                                    order_band)
 
 STACK_TARGETS = ("vllm-processor", "sglang-vlm")
 ALL_TARGETS = ("vllm-processor", "sglang-vlm", "vllm-processor-shm", "vllm-encoder",
@@ -541,3 +542,40 @@ def test_tier_searches_contain_the_fcfs_engines_hits(run, name):
     blocks, ages = tier_bands(target, sub)
     assert blocks is not None and ages is not None
     assert blocks[0] <= true_hits <= blocks[1] and ages[0] <= true_hits <= ages[1]
+
+
+def _coarse_by_definition(items, unit, s, f, weights):
+    """The coarse bound item by item: a key's first item in its request is a certain miss
+    when every other request holding the key is sent after this one's first byte."""
+    holders: dict = {}
+    for p, it in enumerate(items):
+        for key in dict.fromkeys(k for k, _ in it):
+            holders.setdefault(key, []).append(p)
+    out = []
+    for w in weights:
+        high = 0.0
+        for p, it in enumerate(items):
+            seen: set = set()
+            for key, _ in it:
+                cold = key not in seen and all(s[q] > f[p] for q in holders[key] if q != p)
+                high += 0.0 if cold else float(w[p]) * unit[p]
+                seen.add(key)
+        out.append((0, round(high)))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n=st.integers(0, 30), pool=st.integers(1, 6))
+def test_coarse_bound_equals_its_definition(data, n, pool):
+    """The vectorised coarse bound (each key's two earliest senders) equals the item-by-item
+    definition, with repeated keys in a request and tied send times."""
+    items = [[(k, 1) for k in data.draw(st.lists(st.integers(0, pool - 1), max_size=4))]
+             for _ in range(n)]
+    s = np.sort(np.array(data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n)),
+                         np.int64))
+    f = s + np.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), np.int64)
+    unit = data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    weights = [np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n,
+                                           max_size=n))), np.ones(n)]
+    assert coarse_band(items, unit, s, f, weights) == _coarse_by_definition(
+        items, unit, s, f, weights)

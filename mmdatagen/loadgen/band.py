@@ -1549,22 +1549,42 @@ def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[
                 s: np.ndarray, f: np.ndarray, weights: Sequence[np.ndarray]
                 ) -> list[tuple[int, int]]:
     """Sound for any cache: no hit is certain, and an item whose key no other request may
-    have brought earlier (nor an earlier item of its own request) is a certain miss."""
-    holders: dict[Hashable, list[int]] = {}
+    have brought earlier (nor an earlier item of its own request) is a certain miss. Each
+    key's two earliest senders decide it for every request that holds the key."""
+    ids: dict[Hashable, int] = {}
+    pos, key, first = [], [], []
     for p, it in enumerate(items):
-        for key in dict.fromkeys(k for k, _ in it):
-            holders.setdefault(key, []).append(p)
-    out = []
-    for w in weights:
-        high = 0.0
-        for p, it in enumerate(items):
-            seen: set[Hashable] = set()
-            for key, _ in it:
-                cold = key not in seen and all(s[q] > f[p] for q in holders[key] if q != p)
-                high += 0.0 if cold else float(w[p]) * unit[p]
-                seen.add(key)
-        out.append((0, round(high)))
-    return out
+        seen: set[Hashable] = set()
+        for k, _ in it:
+            pos.append(p)
+            key.append(ids.setdefault(k, len(ids)))
+            first.append(k not in seen)
+            seen.add(k)
+    pos_a, key_a, first_a = (np.array(pos, np.int64), np.array(key, np.int64),
+                             np.array(first, bool))
+    may_hit = ~first_a  # a repeat within its request may hit
+    hp, hk = pos_a[first_a], key_a[first_a]  # the holders: one per (key, request)
+    if hp.size:
+        sent = np.asarray(s)[hp]
+        order = np.lexsort((hp, sent, hk))  # by key, then send position
+        k_sorted, lead = hk[order], np.r_[True, hk[order][1:] != hk[order][:-1]]
+        head = np.flatnonzero(lead)  # each key's earliest sender, then its second
+        earliest_p = np.empty(len(ids), np.int64)
+        earliest_p[k_sorted[head]] = hp[order][head]
+        earliest_s = np.zeros(len(ids), sent.dtype)
+        earliest_s[k_sorted[head]] = sent[order][head]
+        has_second = np.zeros(len(ids), bool)
+        second_s = np.zeros(len(ids), sent.dtype)
+        nxt = head + 1
+        two = (nxt < order.size) & ~np.r_[lead, True][nxt]
+        has_second[k_sorted[head[two]]] = True
+        second_s[k_sorted[head[two]]] = sent[order][nxt[two]]
+        is_first = earliest_p[hk] == hp
+        other_s = np.where(is_first, second_s[hk], earliest_s[hk])
+        other = np.where(is_first, has_second[hk], True)  # another holder exists
+        may_hit[first_a] = other & (other_s <= np.asarray(f)[hp])
+    gain = np.asarray(unit, np.float64)[pos_a] * may_hit
+    return [(0, round(float((np.asarray(w, np.float64)[pos_a] * gain).sum()))) for w in weights]
 
 
 # -- entry point --------------------------------------------------------------------------------
