@@ -579,3 +579,18 @@ def test_coarse_bound_equals_its_definition(data, n, pool):
                                            max_size=n))), np.ones(n)]
     assert coarse_band(items, unit, s, f, weights) == _coarse_by_definition(
         items, unit, s, f, weights)
+
+
+@settings(max_examples=200, deadline=None)
+@given(w=workloads(max_requests=12), later=st.booleans(), low=st.booleans())
+def test_events_are_the_windows_sorted_by_low_then_kind_then_position(w, later, low):
+    """``_events`` (numpy) equals its definition: lookups ``[s, f]`` and later moments
+    ``[max(fin_lo, s), max(fin, f)]``, sorted by window low, lookups first, then position."""
+    s, f, n = w["s"], w["f"], w["s"].size
+    fin = w["fin"] if later else None
+    fin_lo = (s + f) // 2 if low else None
+    want = [(int(s[p]), int(f[p]), 0, p) for p in range(n)]
+    if fin is not None:
+        lo = s if fin_lo is None else np.maximum(fin_lo, s)
+        want += [(int(lo[p]), int(max(fin[p], f[p])), 1, p) for p in range(n)]
+    assert _events(s, f, fin, fin_lo) == sorted(want, key=lambda e: (e[0], e[2], e[3]))

@@ -605,16 +605,16 @@ def _quiet(cache: Any) -> None:
 
 def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                  gain: np.ndarray, factory: Callable[[], Any], fail: Sequence[bool],
-                 budget: int = SEARCH_BUDGET, spent: list[int] | None = None
-                 ) -> list[tuple[int, int]] | None:
+                 budget: int = SEARCH_BUDGET, spent: list[int] | None = None,
+                 last: dict[Hashable, int] | None = None) -> list[tuple[int, int]] | None:
     """Lowest and highest hits (``gain[w, p]``: what a hit of request ``p``'s items is worth
     under weight vector ``w``) over every order of the events ``ev`` (sorted by window
     low) consistent with their windows, by a search over placed sets that keeps one copy of
     equal cache states (the target's own model); None past ``budget`` units of work (the
-    work done goes into ``spent``)."""
-    step_of = _stepper(ev, items, fail, factory)
+    work done goes into ``spent``; ``last``: ``_last_lookup(ev, items)`` if at hand)."""
+    step_of = _stepper(ev, items, fail, factory, last)
     half = gain.shape[0]
-    cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
+    cols = gain.T.tolist()  # per request: what a hit is worth under each weight vector
     # placed set -> cache state id -> (lowest per weight..., highest per weight...)
     layer: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {
         (0, frozenset()): {step_of.start: (0.0,) * (2 * half)}}
@@ -744,12 +744,10 @@ class _LruStepper(_Stepper):
     target's own model, loaded with each state (``OrderedCache.load``)."""
 
     def __init__(self, ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
-                 fail: Sequence[bool], start: Any, factory: Callable[[], Any]) -> None:
+                 fail: Sequence[bool], start: Any, factory: Callable[[], Any],
+                 last: dict[Hashable, int] | None = None) -> None:
         self.cache = factory()
-        self.last: dict[Hashable, int] = {}  # key -> its last lookup event
-        for q, (_, _, kind, p) in enumerate(ev):
-            for key, _ in items[p] if kind == 0 else ():
-                self.last[key] = q
+        self.last = _last_lookup(ev, items) if last is None else last
         super().__init__(ev, items, fail, start)
 
     def initial(self, cache: Any) -> Hashable:
@@ -803,16 +801,17 @@ class _TierStepper(_LruStepper):
 
 
 def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
-             fail: Sequence[bool], factory: Callable[[], Any]) -> _Stepper:
+             fail: Sequence[bool], factory: Callable[[], Any],
+             last: dict[Hashable, int] | None = None) -> _Stepper:
     from ..caches import OrderedCache
     from ..caches.model import FreeableCache, TieredCache
 
     start = factory()
     _quiet(start)
     if type(start) is OrderedCache and start.insert_on_lookup:
-        return _LruStepper(ev, items, fail, start, factory)
+        return _LruStepper(ev, items, fail, start, factory, last)
     if type(start) in (FreeableCache, TieredCache):
-        return _TierStepper(ev, items, fail, start, factory)
+        return _TierStepper(ev, items, fail, start, factory, last)
     return _Stepper(ev, items, fail, start)
 
 
@@ -1049,7 +1048,8 @@ class _TooMany(Exception):
 
 def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                  gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET,
-                 spent: list[int] | None = None) -> list[tuple[int, int]] | None:
+                 spent: list[int] | None = None, last: dict[Hashable, int] | None = None
+                 ) -> list[tuple[int, int]] | None:
     """Bounds on the lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's
     connector) over every order of ``ev`` (sorted by window low) consistent with the windows:
     the search over placed sets of ``exact_search`` with ``_BlockTiers`` states. Exact when
@@ -1057,8 +1057,8 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     little (tests: a band of 0..1 where every order gives 0). None past ``budget`` units of
     work or an eviction of too many outcomes (the work done goes into ``spent``)."""
     model, half = _BlockTiers(cache), gain.shape[0]
-    last = _last_lookup(ev, items)
-    cols = [tuple(float(g) for g in gain[:, p]) for p in range(gain.shape[1])]
+    last = _last_lookup(ev, items) if last is None else last
+    cols = gain.T.tolist()  # per request: what a hit is worth under each weight vector
     start: TierState = (frozenset(), frozenset(), _Lru(), _Lru())
     layer: dict[tuple[int, frozenset[int]], dict[TierState, tuple[float, ...]]] = {
         (0, frozenset()): {start: (0.0,) * (2 * half)}}
@@ -1118,12 +1118,8 @@ def _merge(into: dict, state: Hashable, val: tuple[float, ...], got: int,
 
 def _last_lookup(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]]
                  ) -> dict[Hashable, int]:
-    """Per key: the last lookup event that holds it."""
-    last: dict[Hashable, int] = {}
-    for q, (_, _, kind, p) in enumerate(ev):
-        for key, _ in items[p] if kind == 0 else ():
-            last[key] = q
-    return last
+    """Per key: the last lookup event that holds it (later events overwrite earlier ones)."""
+    return {key: q for q, (_, _, kind, p) in enumerate(ev) if kind == 0 for key, _ in items[p]}
 
 
 # -- past the block search: a search over entry ages (a bound) --------------------------------------
@@ -1293,7 +1289,8 @@ TierLayer = dict[tuple[int, frozenset[int]], dict[Hashable, dict[Hashable, Any]]
 
 def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                 gain: np.ndarray, cache: Any, budget: int = SEARCH_BUDGET,
-                keep: int = TIER_STATES, spent: list[int] | None = None
+                keep: int = TIER_STATES, spent: list[int] | None = None,
+                last: dict[Hashable, int] | None = None
                 ) -> tuple[list[tuple[int, int]], bool] | None:
     """Lowest and highest hits of vLLM's encoder cache (alone or before Dynamo's connector)
     over every order of ``ev``: the search over placed sets of ``exact_search`` with
@@ -1302,7 +1299,7 @@ def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
     holds over ``TIER_LAYER``); else a bound. None past ``budget`` units of work (the work
     done goes into ``spent``)."""
     model, half = _TierModel(cache), gain.shape[0]
-    last = _last_lookup(ev, items)
+    last = _last_lookup(ev, items) if last is None else last
     start = _Tiers({}, {}, {}, {})
     layer: TierLayer = {(0, frozenset()): {start.structure(): {start.ages(): (
         start, (0.0,) * (2 * half))}}}
@@ -1388,12 +1385,19 @@ def _tier_trim(layer: TierLayer, cap: int) -> bool:
 def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
             fin_lo: np.ndarray | None = None) -> list[Event]:
     """Lookups (window ``[s, f]``) and the later moments after them (``[fin_lo, fin]``,
-    ``fin_lo`` defaulting to ``s``), sorted by window low."""
-    ev = [(int(s[p]), int(f[p]), 0, p) for p in range(s.size)]
+    ``fin_lo`` defaulting to ``s``), sorted by window low (then lookups first, then by
+    position)."""
+    pos = np.arange(s.size, dtype=np.int64)
+    lo, hi, kind = [np.asarray(s, np.int64)], [np.asarray(f, np.int64)], [np.zeros_like(pos)]
     if fin is not None:
-        low = s if fin_lo is None else np.maximum(fin_lo, s)
-        ev += [(int(low[p]), int(max(fin[p], f[p])), 1, p) for p in range(s.size)]
-    return sorted(ev, key=lambda e: (e[0], e[2], e[3]))
+        lo.append(np.asarray(s if fin_lo is None else np.maximum(fin_lo, s), np.int64))
+        hi.append(np.maximum(np.asarray(fin, np.int64), hi[0]))
+        kind.append(np.ones_like(pos))
+    lo_a, hi_a, kind_a, pos_a = (np.concatenate(lo), np.concatenate(hi), np.concatenate(kind),
+                                 np.tile(pos, len(lo)))
+    order = np.lexsort((pos_a, kind_a, lo_a))
+    return list(zip(lo_a[order].tolist(), hi_a[order].tolist(), kind_a[order].tolist(),
+                    pos_a[order].tolist()))
 
 
 # -- first come, first served: the order a scheduler's first tokens show ------------------------
@@ -1552,16 +1556,13 @@ def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[
     have brought earlier (nor an earlier item of its own request) is a certain miss. Each
     key's two earliest senders decide it for every request that holds the key."""
     ids: dict[Hashable, int] = {}
-    pos, key, first = [], [], []
-    for p, it in enumerate(items):
-        seen: set[Hashable] = set()
-        for k, _ in it:
-            pos.append(p)
-            key.append(ids.setdefault(k, len(ids)))
-            first.append(k not in seen)
-            seen.add(k)
-    pos_a, key_a, first_a = (np.array(pos, np.int64), np.array(key, np.int64),
-                             np.array(first, bool))
+    key_a = np.array([ids.setdefault(k, len(ids)) for it in items for k, _ in it], np.int64)
+    pos_a = np.repeat(np.arange(len(items), dtype=np.int64), [len(it) for it in items])
+    # an item's key first in its request: the earliest of its (request, key) run
+    by = np.lexsort((np.arange(key_a.size), key_a, pos_a))
+    pk, kk = pos_a[by], key_a[by]
+    first_a = np.zeros(key_a.size, bool)
+    first_a[by] = np.r_[True, (pk[1:] != pk[:-1]) | (kk[1:] != kk[:-1])][:key_a.size]
     may_hit = ~first_a  # a repeat within its request may hit
     hp, hk = pos_a[first_a], key_a[first_a]  # the holders: one per (key, request)
     if hp.size:
@@ -1595,21 +1596,23 @@ METHODS = ("known order", "exact search", "block search", "age bound", "stack bo
 
 def _tier_band(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
                gain: np.ndarray, cache: Any, budget: int, known: bool,
-               start: int = 0, spent: list[int] | None = None) -> Band | None:
+               start: int = 0, spent: list[int] | None = None,
+               last: dict[Hashable, int] | None = None) -> Band | None:
     """vLLM's encoder cache (alone or before Dynamo's connector) past the exact search:
     the block search (a quarter of the budget), else the age search: half of it, or what the
     searches before it left of seven eighths (``spent``: their work; they give up early when
     their pace says they would not finish), whichever is more; those before
-    ``METHODS[start]`` skipped."""
+    ``METHODS[start]`` skipped; ``last``: ``_last_lookup(ev, items)``, shared."""
     spent = [] if spent is None else spent
+    last = _last_lookup(ev, items) if last is None else last
     if start <= METHODS.index("block search"):
-        blocks = block_search(ev, items, gain, cache, budget // 4, spent)
+        blocks = block_search(ev, items, gain, cache, budget // 4, spent, last)
         if blocks is not None:
             return Band(blocks, "block search", known)
     if start > METHODS.index("age bound"):
         return None
     left = max(budget // 2, budget * 7 // 8 - sum(spent))
-    ages = age_search(ev, items, gain, cache, left)
+    ages = age_search(ev, items, gain, cache, left, last=last)
     return None if ages is None else Band(ages[0], "age bound", known)
 
 
@@ -1647,13 +1650,14 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
     tiers = _tier_target(factory)
     start = METHODS.index(after) if after in METHODS else 0
     spent: list[int] = []
+    last = _last_lookup(ev, items) if tiers else None  # the tier searches share it
     found = exact_search(ev, items, gain, factory, fail or [False] * len(items),
-                         budget // 8 if tiers else budget, spent
+                         budget // 8 if tiers else budget, spent, last
                          ) if known or start <= METHODS.index("exact search") else None
     if found is not None:
         return Band(found, "known order" if known else "exact search", known)
     band = _tier_band(ev, items, gain, factory(), budget, known, start,
-                      spent) if tiers else None
+                      spent, last) if tiers else None
     if band is None and stack and start <= METHODS.index("stack bound"):
         band = _stack_answer(target, items, unit, capacity, s, f, weights, factory)
     return band or Band(coarse_band(items, unit.astype(int).tolist(), s, f, weights),
