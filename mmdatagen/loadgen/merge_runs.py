@@ -13,11 +13,15 @@ joined into one export of the usual shape, as if one process had run it.
   back the tables it read). The merged records.jsonl is written in parts by this process and
   forked writers (``export.records_writer``: each of theirs into a file beside, appended in
   the kernel; no line crosses a pipe); the export's maths run while the writers start.
+- The cycle collector is paused for the merge: it builds millions of objects without cycles
+  (records, cache items, the band's events), which the collector would otherwise scan again
+  and again (1 M records with cache items: 6 s of 29).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,6 +200,17 @@ def _read_tables(workers: list[Worker], processes: int) -> RecordTable:
                                    for k in range(len(jobs))])
 
 
+@contextlib.contextmanager
+def _cycle_collector_paused() -> Any:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
                processes: int = 0) -> MergeRunsResult:
     """Join the workers in ``dirs`` into one export in ``output_dir``; ``processes`` (0: one per
@@ -213,12 +228,13 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     check_target(out / EXPORT_NAME, force)
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
                     [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
-    table = _read_tables(workers, min(pool_size(processes), len(workers)))
-    predicted = merged_prediction(workers, table)  # the last change to the table
-    # the export's maths run while forked writers serialise the records
-    export = functools.cache(lambda: _merged_export(workers, table, predicted))
-    paths = write_exports(out, table, export, processes=pool_size(processes))
-    return MergeRunsResult(export(), table, paths, len(workers))
+    with _cycle_collector_paused():
+        table = _read_tables(workers, min(pool_size(processes), len(workers)))
+        predicted = merged_prediction(workers, table)  # the last change to the table
+        # the export's maths run while forked writers serialise the records
+        export = functools.cache(lambda: _merged_export(workers, table, predicted))
+        paths = write_exports(out, table, export, processes=pool_size(processes))
+        return MergeRunsResult(export(), table, paths, len(workers))
 
 
 def _merged_export(workers: list[Worker], table: RecordTable, predicted: dict | None) -> dict:

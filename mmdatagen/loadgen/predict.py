@@ -282,8 +282,9 @@ class ImageTracker:
         and first-byte times allow, whatever the scheduler (``any_order``)."""
         by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
         slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
-        idx = sorted(np.flatnonzero(looked).tolist(),
-                     key=lambda i: (by_index[i].start_ns - slack[i], i))
+        seen = np.flatnonzero(looked)  # in send order on the server's clock, ties by index
+        sent = np.array([by_index[i].start_ns for i in seen.tolist()], np.int64) - slack[seen]
+        idx = seen[np.lexsort((seen, sent))].tolist()
         t = _Times([by_index[i] for i in idx], slack[idx].astype(np.int64), self._later,
                    self.later_moment)
         weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
