@@ -614,7 +614,7 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     work done goes into ``spent``; ``last``: ``_last_lookup(ev, items)`` if at hand)."""
     step_of = _stepper(ev, items, fail, factory, last)
     half = gain.shape[0]
-    cols = gain.T.tolist()  # per request: what a hit is worth under each weight vector
+    cols = _Gains(gain)
     # placed set -> cache state id -> (lowest per weight..., highest per weight...)
     layer: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {
         (0, frozenset()): {step_of.start: (0.0,) * (2 * half)}}
@@ -640,6 +640,21 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     vals = [v for states in layer.values() for v in states.values()]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
             for w in range(half)]
+
+
+class _Gains:
+    """Per request, what a hit is worth under each weight vector (a column of ``gain``), made
+    when a search first places the request: a search that gives up early makes few."""
+
+    def __init__(self, gain: np.ndarray) -> None:
+        self.gain = gain
+        self.made: dict[int, tuple[float, ...]] = {}
+
+    def __getitem__(self, p: int) -> tuple[float, ...]:
+        col = self.made.get(p)
+        if col is None:
+            col = self.made[p] = tuple(self.gain[:, p].tolist())
+        return col
 
 
 def _place(step_of: _Stepper, states: dict[int, tuple[float, ...]], q: int, first: int,
@@ -1058,7 +1073,7 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     work or an eviction of too many outcomes (the work done goes into ``spent``)."""
     model, half = _BlockTiers(cache), gain.shape[0]
     last = _last_lookup(ev, items) if last is None else last
-    cols = gain.T.tolist()  # per request: what a hit is worth under each weight vector
+    cols = _Gains(gain)
     start: TierState = (frozenset(), frozenset(), _Lru(), _Lru())
     layer: dict[tuple[int, frozenset[int]], dict[TierState, tuple[float, ...]]] = {
         (0, frozenset()): {start: (0.0,) * (2 * half)}}
