@@ -552,9 +552,7 @@ def _run_with_target(run: BenchRun) -> BenchResult:
             return _run_loop(_run_async(run, run.target.url, driving=driving))
         from ..sim.embedded import EmbeddedServer
 
-        server = EmbeddedServer(run.simulator())
-        server.start()
-        with server as srv:
+        with EmbeddedServer(run.simulator()) as srv:  # started inside: no unguarded moment
             return _run_loop(_run_async(run, srv.url, embedded=True, driving=driving))
     except KeyboardInterrupt:
         if not driving:
