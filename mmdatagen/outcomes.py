@@ -2,7 +2,8 @@
 
 - :func:`engine_processed`: did the engine take the request in (preprocess its media, so look
   its items up in its caches)? A cache prediction counts exactly these requests, in ``bench``
-  and in ``merge-runs`` alike.
+  and in ``merge-runs`` alike (``engine_processed_rows``: the same rule over a table's
+  columns).
 - :func:`engine_faults`: the requests the engine failed after taking them in (a 5xx, or an
   error object inside a 200 response), as their own class: how many, which statuses, the first
   message, and the engine bugs recognised by their message (:data:`KNOWN_FAULTS`).
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from .metrics import RequestRecord
@@ -43,6 +46,16 @@ def engine_processed(r: RequestRecord) -> bool:
     if 200 <= status < 300:
         return True
     return 500 <= status < 600 and status not in REFUSED_5XX
+
+
+def engine_processed_rows(failed: np.ndarray, tokened: np.ndarray, status: np.ndarray
+                          ) -> np.ndarray:
+    """:func:`engine_processed` over columns: ``failed`` (an error), ``tokened`` (a first
+    token), ``status`` (the HTTP status; a missing one is any value outside 200-599, as
+    ``metrics.NONE``)."""
+    answered = (status >= 200) & (status < 300)
+    after = (status >= 500) & (status < 600) & ~np.isin(status, sorted(REFUSED_5XX))
+    return ~failed | tokened | answered | after
 
 
 def is_engine_fault(r: RequestRecord) -> bool:

@@ -20,6 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from loadgen_helpers import make_run, write_jsonl
 from PIL import Image
 
@@ -27,8 +29,8 @@ from mmdatagen.caches import get_target, make_cache
 from mmdatagen.console import console_table
 from mmdatagen.io.imageref import entry_size
 from mmdatagen.loadgen.run import run_bench
-from mmdatagen.metrics import RequestRecord
-from mmdatagen.outcomes import engine_faults, engine_processed
+from mmdatagen.metrics import NONE, RecordTable, RequestRecord
+from mmdatagen.outcomes import engine_faults, engine_processed, engine_processed_rows
 from mmdatagen.report.html import runs_report
 from mmdatagen.vlm import get_model
 
@@ -195,6 +197,20 @@ def _record(error: dict | None, status: int | None, first: int | None = None) ->
 ])
 def test_engine_processed_rule(error, status, first, counted):
     assert engine_processed(_record(error, status, first)) is counted
+    t = RecordTable.from_records([_record(error, status, first)])  # the columns' form agrees
+    assert engine_processed_rows(t.has_error, t.first_token_ns != NONE,
+                                 t.http_status).tolist() == [counted]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.one_of(st.none(), st.integers(100, 650)),
+                          st.one_of(st.none(), st.integers(0, 9))), max_size=20))
+def test_engine_processed_rows_is_the_rule_over_columns(rows):
+    records = [_record({"type": "HTTPError", "code": s, "message": "m"} if failed else None,
+                       s, first) for failed, s, first in rows]
+    t = RecordTable.from_records(records)
+    assert engine_processed_rows(t.has_error, t.first_token_ns != NONE, t.http_status
+                                 ).tolist() == [engine_processed(r) for r in records]
 
 
 def test_fault_block_counts_statuses_and_known_bugs():

@@ -173,12 +173,8 @@ def merged_prediction(workers: list[Worker], table: RecordTable) -> dict | None:
         unc = int((w.shard.get("clock") or {}).get("uncertainty_ns") or 0)
         slack.append(np.full(len(tracker.requests) - before, unc, np.int64))
     assert tracker is not None
-    dispatched = np.flatnonzero(table.dispatch_index != NONE)
-    records = table.records(dispatched)
-    pred = prediction_result(tracker, None, records, len(tracker.requests),
+    pred = prediction_result(tracker, None, table, len(tracker.requests),
                              timeline if timeline else None, np.concatenate(slack))
-    table.predicted_hits[dispatched] = [NONE if r.predicted_hits is None else r.predicted_hits
-                                        for r in records]
     if pred is not None and "model" in pred:  # the workers' model (sizes came with the items)
         pred["model"] = model_name
         pred.pop("geometry", None)

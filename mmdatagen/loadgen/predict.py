@@ -30,7 +30,6 @@ The requests counted are those the engine processed (``outcomes.engine_processed
 """
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,7 +50,8 @@ from ..io.imageref import (
     request_items,
 )
 from ..io.readers import Turn
-from ..outcomes import engine_processed
+from ..metrics import NONE, RecordTable
+from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
 
@@ -152,35 +152,34 @@ class ImageTracker:
         self.requests.append(_Request(request_items(self.target, keys, sizes), len(keys)))
 
     # -- after the run ------------------------------------------------------------------------
-    def events(self, records: list, timeline: dict | None) -> tuple[list[tuple], str]:
+    def events(self, rows: _Rows, timeline: dict | None) -> tuple[list[tuple], str]:
         """Cache events ``(order, kind, request index)`` as the server saw them, and how the
         order was known."""
-        by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
         if timeline is not None:
-            return self._timeline_events(by_index, timeline), "the server's cache timeline (exact)"
-        processed = [i for i in range(len(self.requests))
-                     if i in by_index and engine_processed(by_index[i])]
-        recs = [by_index[i] for i in processed]
-        logged = self.logged(recs)
-        later = self._later
-        at: list[int | None]
+            return self._timeline_events(rows, timeline), "the server's cache timeline (exact)"
+        seen = np.flatnonzero(rows.present)
+        processed = seen[engine_processed_rows(rows.failed(seen), rows.tokened(seen),
+                                               rows.col("http_status", seen))]
+        logged = self.logged(rows, processed)
+        later, moments = self._later, self.later_moments(rows, processed)
         if logged is not None:
-            keys, at = [2 * p for p in logged], [2 * p + 1 for p in logged]
+            keys, at = 2 * np.array(logged, np.int64), 2 * np.array(logged, np.int64) + 1
             how = "the server's log order (exact)" + (
                 ", later moments right after each lookup" if later else "")
         else:
-            fcfs = _fcfs_keys(recs)
-            keys = [r.start_ns for r in recs] if fcfs is None else fcfs
-            at = [self.later_moment(r) for r in recs]
+            fcfs = _fcfs_keys(rows, processed)
+            keys = rows.col("start_ns", processed) if fcfs is None else fcfs
+            at = moments
             how = ("request start order" if fcfs is None else
                    "first-token order (the engine serves first come, first served)")
             how += ", later moments at first token / end of response" if later else ""
-        out: list[tuple] = []
-        for n, (i, r) in enumerate(zip(processed, recs)):
-            out.append((keys[n], 0, i))
-            if later and self.later_moment(r) is not None:
-                out.append((at[n], self.later_kind(r), i))
-        return sorted(out), how
+        order, kind, req = [keys], [np.zeros_like(processed)], [processed]
+        if later:
+            has = moments != NONE
+            order.append(at[has])
+            kind.append(self.later_kinds(rows, processed[has]))
+            req.append(processed[has])
+        return _sorted_events(*map(np.concatenate, (order, kind, req))), how
 
     @property
     def _later(self) -> bool:
@@ -188,11 +187,11 @@ class ImageTracker:
         after encoding or completion)."""
         return self.target.releases or not self.target.insert_on_lookup
 
-    def _timeline_events(self, by_index: dict, timeline: dict) -> list[tuple]:
+    def _timeline_events(self, rows: _Rows, timeline: dict) -> list[tuple]:
         out: list[tuple] = []
-        for i in range(len(self.requests)):
-            r = by_index.get(i)
-            seqs = timeline.get(r.x_request_id) if r is not None else None
+        xids = rows.table.x_request_id
+        for i, row in enumerate(rows.row.tolist()):
+            seqs = timeline.get(xids[row]) if row >= 0 else None
             if not seqs or seqs[0] is None:
                 continue  # never looked up (rejected before the cache)
             out.append((seqs[0], 0, i))
@@ -200,25 +199,27 @@ class ImageTracker:
                 out.append((seqs[1], 1, i))
         return sorted(out)
 
-    def logged(self, records: list) -> list[int] | None:
-        """Each record's place in the server's log (``server_order``), or None when there is
-        no log or it misses one of them (the first-token order answers then)."""
+    def logged(self, rows: _Rows, idx: np.ndarray) -> list[int] | None:
+        """The place in the server's log (``server_order``) of the requests ``idx``, or None
+        when there is no log or it misses one of them (the first-token order answers then)."""
         if not self.server_order:
             return None
-        places = [self.server_order.get(r.x_request_id) for r in records]
+        places = [self.server_order.get(x) for x in rows.col("x_request_id", idx).tolist()]
         return None if any(p is None for p in places) else places  # type: ignore[return-value]
 
-    def later_moment(self, r: Any) -> int | None:
-        """When the client saw ``r`` pass the target's later moment: its first token (the end
-        of the response for a target whose entries appear at completion), else its reply."""
-        t = r.first_token_ns if self.target.present != "completion" else r.end_ns
-        return t if t is not None else (r.response_end_ns if r.error is not None else None)
+    def later_moments(self, rows: _Rows, idx: np.ndarray) -> np.ndarray:
+        """When the client saw the requests ``idx`` pass the target's later moment
+        (``NONE``: not seen): the first token (the end of the response for a target whose
+        entries appear at completion), else, for a failed request, its reply's end."""
+        t = rows.col("first_token_ns" if self.target.present != "completion" else "end_ns", idx)
+        failed_end = np.where(rows.failed(idx), rows.col("response_end_ns", idx), NONE)
+        return np.where(t != NONE, t, failed_end)
 
     @staticmethod
-    def later_kind(r: Any) -> int:
+    def later_kinds(rows: _Rows, idx: np.ndarray) -> np.ndarray:
         """1: the request reached its later moment; 2: it failed before (an engine fault or
         an empty reply): its entries are released, nothing becomes present for it."""
-        return 1 if r.error is None or r.first_token_ns is not None else 2
+        return np.where(~rows.failed(idx) | rows.tokened(idx), 1, 2)
 
     def new_cache(self, capacity: int) -> Any:
         """The target's empty cache. Against a real engine (no simulator timeline) it fails
@@ -246,7 +247,7 @@ class ImageTracker:
         self.counters = cache.counters()
         return hits, looked
 
-    def predict(self, records: list, profiling: np.ndarray, timeline: dict | None = None,
+    def predict(self, table: RecordTable, profiling: np.ndarray, timeline: dict | None = None,
                 slack_ns: np.ndarray | None = None) -> dict:
         """Hit counts over the profiling requests (warmup requests warm the cache), with the
         order band (``slack_ns``: per dispatch index, how far the request's clock may be off
@@ -255,7 +256,8 @@ class ImageTracker:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
         self.real_engine = timeline is None
         self.faulted = []
-        events, how = self.events(records, timeline)
+        rows = _Rows(table, len(self.requests))
+        events, how = self.events(rows, timeline)
         per_req, refs = self.replay(events)
         looked = np.zeros(len(self.requests), bool)
         looked[[i for _, kind, i in events if kind == 0]] = True
@@ -265,7 +267,7 @@ class ImageTracker:
         exact = (h, int(per_req[looked].sum()))
         counters = dict(self.counters)
         band = (_known_band(exact, "the server's cache timeline") if timeline is not None
-                else self.band(records, looked, keep, exact, slack_ns))
+                else self.band(rows, looked, keep, exact, slack_ns))
         band["family"] = _family(self.target)
         self.counters = counters  # the band's replays must not replace the exact one's
         out = {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
@@ -274,23 +276,22 @@ class ImageTracker:
             out["faults"] = {kind: len(self.faulted) for kind in self.target.faults}
         return out
 
-    def band(self, records: list, looked: np.ndarray, keep: np.ndarray,
+    def band(self, rows: _Rows, looked: np.ndarray, keep: np.ndarray,
              exact: tuple[int, int], slack_ns: np.ndarray | None) -> dict:
         """The order band over the requests the engine processed (``band.order_band``): for
         the profiling requests (the prediction's hits) and for every request (what the server's
         counters cover). Two: over the orders a first-come-first-served engine allows given the
         first tokens (``band.fcfs_windows``; the band reported), and over every order the send
         and first-byte times allow, whatever the scheduler (``any_order``)."""
-        by_index = {r.dispatch_index: r for r in records if r.dispatch_index is not None}
         slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
         seen = np.flatnonzero(looked)  # in send order on the server's clock, ties by index
-        sent = np.array([by_index[i].start_ns for i in seen.tolist()], np.int64) - slack[seen]
-        idx = seen[np.lexsort((seen, sent))].tolist()
-        t = _Times([by_index[i] for i in idx], slack[idx].astype(np.int64), self._later,
-                   self.later_moment)
+        by_send = seen[np.lexsort((seen, rows.col("start_ns", seen) - slack[seen]))]
+        idx = by_send.tolist()
+        t = _Times(rows, by_send, slack[by_send].astype(np.int64),
+                   self.later_moments(rows, by_send) if self._later else None)
         weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
-        fail = [self.later_kind(r) == 2 for r in t.recs]
-        logged = self.logged(t.recs)
+        fail = (self.later_kinds(rows, by_send) == 2).tolist()
+        logged = self.logged(rows, by_send)
         if logged is not None:
             return self.logged_band(idx, np.array(logged, np.int64), t, weights, fail, exact)
         s, f, fin = t.start - t.slack, t.reply + t.slack, t.fin
@@ -365,44 +366,71 @@ class ImageTracker:
                 "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
 
 
+class _Rows:
+    """The records the prediction reads, as a table's columns by dispatch index (a million
+    requests never become a million objects)."""
+
+    def __init__(self, table: RecordTable, n: int) -> None:
+        di = table.dispatch_index
+        valid = (di != NONE) & (di >= 0) & (di < n)
+        self.table, self.row = table, np.full(n, -1, np.int64)
+        self.row[di[valid]] = np.flatnonzero(valid)
+        self.present = self.row >= 0
+
+    def col(self, name: str, idx: np.ndarray) -> np.ndarray:
+        """Column ``name`` of the requests (dispatch indices) ``idx``."""
+        return self.table.cols[name][self.row[idx]]
+
+    def failed(self, idx: np.ndarray) -> np.ndarray:
+        return ~np.equal(self.col("error", idx), None)  # type: ignore[call-overload]
+
+    def tokened(self, idx: np.ndarray) -> np.ndarray:
+        return self.col("first_token_ns", idx) != NONE
+
+
 class _Times:
-    """The client's times of the processed requests (send order), as the band needs them."""
+    """The client's times of the processed requests ``idx`` (send order), as the band needs
+    them (``later``: their later moments, where the target has them)."""
 
-    def __init__(self, recs: list, slack: np.ndarray, later: bool, moment: Any) -> None:
-        self.recs, self.slack = recs, slack
-        self.start = np.array([r.start_ns for r in recs], np.int64)
-        self.reply = np.array([_first_byte(r) for r in recs], np.int64)
-        self.first = np.array([-1 if r.first_token_ns is None else r.first_token_ns
-                               for r in recs], np.int64)
-        self.fin = np.array([moment(r) or _first_byte(r) for r in recs],
-                            np.int64) if later else None
+    def __init__(self, rows: _Rows, idx: np.ndarray, slack: np.ndarray,
+                 later: np.ndarray | None) -> None:
+        self.slack = slack
+        self.start = rows.col("start_ns", idx)
+        self.reply = _first_byte(rows, idx)
+        first = rows.col("first_token_ns", idx)
+        self.first = np.where(first != NONE, first, -1)
+        self.fin = None if later is None else np.where(later != NONE, later, self.reply)
 
 
-def _fcfs_keys(records: list) -> list[int] | None:
+def _sorted_events(order: np.ndarray, kind: np.ndarray, req: np.ndarray) -> list[tuple]:
+    """``(order, kind, request)`` tuples sorted as tuples sort."""
+    by = np.lexsort((req, kind, order))
+    return list(zip(order[by].tolist(), kind[by].tolist(), req[by].tolist()))
+
+
+def _fcfs_keys(rows: _Rows, idx: np.ndarray) -> np.ndarray | None:
     """Where each processed request's lookups go in a first-come-first-served engine's order
     (``band.fcfs_windows``): its first token; a request without one (an engine fault, an empty
     reply) just after the latest-sent request with one sent before it. None when no request
     streamed a first token (the order is then the send order)."""
-    tokened = sorted((r.start_ns, r.first_token_ns) for r in records
-                     if r.first_token_ns is not None)
-    if not tokened:
+    start, first = rows.col("start_ns", idx), rows.col("first_token_ns", idx)
+    has = first != NONE
+    if not has.any():
         return None
-    sent = [t for t, _ in tokened]
-    keys = []
-    for r in records:
-        if r.first_token_ns is not None:
-            keys.append(r.first_token_ns)
-            continue
-        k = bisect.bisect_left(sent, r.start_ns) - 1
-        keys.append(tokened[k][1] if k >= 0 else min(t for _, t in tokened) - 1)
-    return keys
+    by = np.lexsort((first[has], start[has]))  # (sent, first token) ascending
+    sent, tok = start[has][by], first[has][by]
+    k = np.searchsorted(sent, start, side="left") - 1
+    before = np.where(k >= 0, tok[np.maximum(k, 0)], tok.min() - 1)
+    return np.where(has, first, before)
 
 
-def _first_byte(r: Any) -> int:
-    """The latest moment the server can have taken ``r`` in: the first byte the client saw
-    of its reply (first token, else the end of the reply)."""
-    times = [t for t in (r.first_token_ns, r.response_end_ns, r.end_ns) if t is not None]
-    return min(times) if times else np.iinfo(np.int64).max // 2
+def _first_byte(rows: _Rows, idx: np.ndarray) -> np.ndarray:
+    """The latest moment the server can have taken each request in: the first byte the client
+    saw of its reply (first token, else the end of the reply)."""
+    top = np.iinfo(np.int64).max
+    times = [rows.col(c, idx) for c in ("first_token_ns", "response_end_ns", "end_ns")]
+    seen = np.minimum.reduce([np.where(t != NONE, t, top) for t in times])
+    return np.where(seen != top, seen, top // 2)
 
 
 def _known_band(exact: tuple[int, int], how: str) -> dict:
@@ -453,25 +481,25 @@ def prediction_setup(run: Any, encoder: Any, embedded: Any = None
     return ImageTracker(model, target, capacity, encoder, front), None
 
 
-def prediction_result(tracker: ImageTracker | None, note: str | None, records: list,
+def prediction_result(tracker: ImageTracker | None, note: str | None, table: RecordTable,
                       started: int, timeline: dict | None,
                       slack_ns: np.ndarray | None = None) -> dict | None:
-    """The export's ``predicted`` block (per-request predictions are set on the records)."""
+    """The export's ``predicted`` block (per-request predictions go into the table's
+    ``predicted_hits``)."""
     if tracker is None:
         return {"note": note} if note else None
+    di = table.dispatch_index
+    dispatched = di != NONE
     mask = np.zeros(started, bool)
-    for r in records:
-        if r.dispatch_index is not None and r.phase == "profiling":
-            mask[r.dispatch_index] = True
+    mask[di[dispatched & (table.phase == "profiling")]] = True
     try:
-        pred = tracker.predict(records, mask, timeline, slack_ns)
+        pred = tracker.predict(table, mask, timeline, slack_ns)
     except UserError as exc:
         return {"note": f"prediction failed: {exc}"}
     per_req = pred.pop("per_request_hits", None)
     if per_req is not None:
-        for r in records:
-            if r.dispatch_index is not None and r.dispatch_index < per_req.size:
-                r.predicted_hits = int(per_req[r.dispatch_index])
+        has = dispatched & (di < per_req.size)
+        table.predicted_hits[has] = per_req[di[has]]
     t = tracker.target
     pred.update(model=tracker.model.name, geometry=tracker.model.geometry(), cache=t.name,
                 capacity=tracker.capacity, unit=t.unit, keying=t.key, engine=t.engine)

@@ -16,6 +16,7 @@ from ..errors import RunFailed, SpecError, UserError
 from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
 from ..lifecycle import raise_stopped
+from ..metrics import NONE, as_table
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
@@ -448,7 +449,10 @@ async def _predicted(s: _Session, url: str, records: list) -> dict | None:
 
             s.tracker.server_order, s.tracker.order_note = await read_server_order(
                 run.load.server_log, {r.x_request_id for r in records if engine_processed(r)})
-    predicted = prediction_result(s.tracker, s.note, records, s.ctx.started, timeline)
+    table = as_table(records)
+    predicted = prediction_result(s.tracker, s.note, table, s.ctx.started, timeline)
+    for r, hits in zip(records, table.predicted_hits.tolist()):
+        r.predicted_hits = None if hits == NONE else hits
     if predicted is not None and run.shard.num_shards > 1 and "hits" in predicted:
         predicted["note"] = ("this worker's requests alone, from a cold cache; the server saw "
                              "every worker's: merge-runs predicts the whole benchmark")
