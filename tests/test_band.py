@@ -16,8 +16,9 @@ from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from mmdatagen.caches import get_target, make_cache
-from mmdatagen.loadgen.band import (METHODS, RangeSums, _events, coarse_band, known_order,
-                                    order_band)
+import mmdatagen.loadgen.band as band_module
+from mmdatagen.loadgen.band import (METHODS, SEARCH_BUDGET, RangeSums, _events, coarse_band,
+                                    known_order, order_band)
 
 STACK_TARGETS = ("vllm-processor", "sglang-vlm")
 ALL_TARGETS = ("vllm-processor", "sglang-vlm", "vllm-processor-shm", "vllm-encoder",
@@ -594,3 +595,82 @@ def test_events_are_the_windows_sorted_by_low_then_kind_then_position(w, later, 
         lo = s if fin_lo is None else np.maximum(fin_lo, s)
         want += [(int(lo[p]), int(max(fin[p], f[p])), 1, p) for p in range(n)]
     assert _events(s, f, fin, fin_lo) == sorted(want, key=lambda e: (e[0], e[2], e[3]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=workloads(max_requests=8), name=st.sampled_from(ALL_TARGETS),
+       budget=st.sampled_from([0, 20, 200, 2_000, SEARCH_BUDGET]), head=st.integers(1, 6),
+       after=st.sampled_from([None, *METHODS]))
+def test_a_search_over_the_head_of_the_events_answers_as_over_all(w, name, budget, head, after):
+    """Each search first runs over the first ``PROBE_EVENTS`` events and gives up there as it
+    would over the whole list; needing more, it runs again over all: the band, its method and
+    the work the searches spent are those of the whole list."""
+    target = get_target(name)
+    whole = band(target, w, budget=budget, after=after)
+    saved, band_module.PROBE_EVENTS = band_module.PROBE_EVENTS, head
+    try:
+        assert band(target, w, budget=budget, after=after) == whole
+    finally:
+        band_module.PROBE_EVENTS = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(w=workloads(max_requests=8), name=st.sampled_from(ALL_TARGETS), head=st.integers(1, 6),
+       budget=st.sampled_from([0, 10, 40, 200, 2_000, 10**9]),
+       search=st.sampled_from(["exact", "block", "age"]))
+def test_each_search_over_a_head_answers_and_spends_as_over_all(w, name, head, budget, search):
+    """``_EventLists.run``: a search over the head that gives up there has the answer and the
+    work of the search over every event; one that needs more is run over every event."""
+    from mmdatagen.loadgen.band import _event_columns, _EventLists, age_search, block_search
+    from mmdatagen.loadgen.band import exact_search as exact
+
+    target = get_target(name)
+    if search != "exact" and target.name not in TIER_TARGETS:
+        return  # the block and age searches are vLLM's encoder cache's and Dynamo's
+    items, _ = items_of(target, w)
+    gain = np.asarray(w["w"], np.float64)[None, :]
+    cols = _event_columns(w["s"], w["f"], None if stack(target) else w["fin"])
+    make = factory(target, w["capacity"])
+    last = _EventLists(cols).last_lookup(items)
+    run = {"exact": lambda ev, sp: exact(ev, items, gain, make, w["fail"], budget, sp, last),
+           "block": lambda ev, sp: block_search(ev, items, gain, make(), budget, sp, last),
+           "age": lambda ev, sp: age_search(ev, items, gain, make(), budget, spent=sp,
+                                            last=last)}[search]
+    spent_all: list[int] = []
+    want = run(_events(w["s"], w["f"], None if stack(target) else w["fin"]), spent_all)
+    saved, band_module.PROBE_EVENTS = band_module.PROBE_EVENTS, head
+    try:
+        spent: list[int] = []
+        assert _EventLists(cols).run(run, spent) == want
+        assert spent == spent_all
+    finally:
+        band_module.PROBE_EVENTS = saved
+
+
+def _groups_by_definition(first, slack, tie_ns):
+    """First tokens in order, each joining the last group while its low is within ``tie_ns``
+    of that group's end: (start, end) per group and each token's group."""
+    t_lo, t_hi = first - slack, first + slack
+    groups, member = [], [0] * first.size
+    for k in np.argsort(first, kind="stable").tolist():
+        if groups and t_lo[k] - groups[-1][1] <= tie_ns:
+            groups[-1] = (groups[-1][0], max(groups[-1][1], int(t_hi[k])))
+        else:
+            groups.append((int(t_lo[k]), int(t_hi[k])))
+        member[k] = len(groups) - 1
+    return groups, member
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n=st.integers(0, 25), tie=st.integers(0, 6))
+def test_first_token_groups_equal_their_definition(data, n, tie):
+    """``_TokenAxis`` groups first tokens (numpy) as the token-by-token definition does, with
+    a clock slack per request."""
+    from mmdatagen.loadgen.band import _TokenAxis
+
+    first = np.array(data.draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)), np.int64)
+    slack = np.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), np.int64)
+    axis = _TokenAxis(first - 3, first, np.ones(n, bool), slack, tie)
+    groups, member = _groups_by_definition(first, slack, tie)
+    assert list(zip(axis.starts.tolist(), axis.ends.tolist())) == groups
+    assert axis.member.tolist() == member

@@ -571,9 +571,30 @@ def hopeless(work: int, step: int, events: int, budget: int) -> bool:
     return work + work / (step + 1) * (events - step - 1) > 2 * budget
 
 
+class _Head(list):
+    """The first events of a longer list (``total`` events): a search run over it answers as
+    over the whole list while it needs no event past the head, and raises ``_Truncated`` when
+    it does (``order_band`` then builds the whole list)."""
+
+    def __init__(self, events: Sequence[Event], total: int) -> None:
+        super().__init__(events)
+        self.total = total
+
+
+class _Truncated(Exception):
+    """A search over a ``_Head`` needed an event past it."""
+
+
+def _count(ev: Sequence[Event]) -> int:
+    """The number of events of the whole list ``ev`` is (or is the head of)."""
+    return ev.total if isinstance(ev, _Head) else len(ev)
+
+
 def _ready(ev: Sequence[Event], first: int, extra: frozenset[int]) -> list[int]:
     """Events that may come next after ``0..first-1`` and ``extra``: not placed, every event
     whose window closed before theirs opened placed, and a later moment after its lookup."""
+    if first >= len(ev):
+        raise _Truncated  # past a head (in a whole list every step has an unplaced event)
     out = []
     close = ev[first][1]
     for q in range(first, len(ev)):
@@ -587,6 +608,9 @@ def _ready(ev: Sequence[Event], first: int, extra: frozenset[int]) -> list[int]:
         if ev[q][2] and not _placed(ev, q, first, extra):
             continue
         out.append(q)
+    else:
+        if len(ev) < _count(ev):
+            raise _Truncated  # the events past the head may be ready too
     return out
 
 
@@ -620,7 +644,7 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
         (0, frozenset()): {step_of.start: (0.0,) * (2 * half)}}
     moves = 0
     try:
-        for step in range(len(ev)):
+        for step in range(_count(ev)):
             nxt: dict[tuple[int, frozenset[int]], dict[int, tuple[float, ...]]] = {}
             for (first, extra), states in layer.items():
                 for q in _ready(ev, first, extra):
@@ -631,7 +655,7 @@ def exact_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
                 if moves + APPLY_COST * step_of.applied > budget:
                     return None
             layer = nxt
-            if hopeless(moves + APPLY_COST * step_of.applied, step, len(ev), budget):
+            if hopeless(moves + APPLY_COST * step_of.applied, step, _count(ev), budget):
                 return None
             if len(step_of.states) > MEMO:
                 layer = step_of.compact(layer)
@@ -1080,7 +1104,7 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
     memo: dict[tuple[TierState, int, int], list[tuple[TierState, int]]] = {}
     work = 0
     try:
-        for step in range(len(ev)):
+        for step in range(_count(ev)):
             nxt: dict[tuple[int, frozenset[int]], dict[TierState, tuple[float, ...]]] = {}
             for (first, extra), states in layer.items():
                 for q in _ready(ev, first, extra):
@@ -1098,7 +1122,7 @@ def block_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, i
                 if work > budget:
                     return None
             layer = nxt
-            if hopeless(work, step, len(ev), budget):
+            if hopeless(work, step, _count(ev), budget):
                 return None
             if len(memo) > MEMO:
                 memo.clear()
@@ -1320,7 +1344,7 @@ def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
         start, (0.0,) * (2 * half))}}}
     work, joined = 0, False
     try:
-        for step in range(len(ev)):
+        for step in range(_count(ev)):
             nxt: TierLayer = {}
             for (first, extra), groups in layer.items():
                 for q in _ready(ev, first, extra):
@@ -1334,7 +1358,7 @@ def age_search(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
                     return None
             joined |= _tier_trim(nxt, keep)
             layer = nxt
-            if hopeless(work, step, len(ev), budget):
+            if hopeless(work, step, _count(ev), budget):
                 return None
     finally:
         _spend(spent, work)
@@ -1402,6 +1426,19 @@ def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
     """Lookups (window ``[s, f]``) and the later moments after them (``[fin_lo, fin]``,
     ``fin_lo`` defaulting to ``s``), sorted by window low (then lookups first, then by
     position)."""
+    return _tuples(_event_columns(s, f, fin, fin_lo))
+
+
+EventColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # lo, hi, kind, position
+
+
+def _tuples(cols: EventColumns, stop: int | None = None) -> list[Event]:
+    return list(zip(*(c[:stop].tolist() for c in cols)))
+
+
+def _event_columns(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
+                   fin_lo: np.ndarray | None = None) -> EventColumns:
+    """``_events`` as columns."""
     pos = np.arange(s.size, dtype=np.int64)
     lo, hi, kind = [np.asarray(s, np.int64)], [np.asarray(f, np.int64)], [np.zeros_like(pos)]
     if fin is not None:
@@ -1411,8 +1448,44 @@ def _events(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
     lo_a, hi_a, kind_a, pos_a = (np.concatenate(lo), np.concatenate(hi), np.concatenate(kind),
                                  np.tile(pos, len(lo)))
     order = np.lexsort((pos_a, kind_a, lo_a))
-    return list(zip(lo_a[order].tolist(), hi_a[order].tolist(), kind_a[order].tolist(),
-                    pos_a[order].tolist()))
+    return lo_a[order], hi_a[order], kind_a[order], pos_a[order]
+
+
+PROBE_EVENTS = 4_096  # the head a search first runs over: most give up in their first steps
+
+
+class _EventLists:
+    """The band's events (``_events``), made as tuples only as far as the searches need them:
+    each search first runs over a head of ``PROBE_EVENTS``, which answers as the whole list
+    would when it gives up there (a million requests: their tuples took 565 MB)."""
+
+    def __init__(self, cols: EventColumns) -> None:
+        self.cols, self.total = cols, int(cols[0].size)
+        self.whole: list[Event] | None = None
+        self.head: _Head | None = None
+
+    def run(self, search: Callable[[Sequence[Event], list[int]], Any], spent: list[int]) -> Any:
+        """``search(events, spent)`` over the head, else over the whole list."""
+        if self.whole is None and self.total > PROBE_EVENTS:
+            if self.head is None:
+                self.head = _Head(_tuples(self.cols, PROBE_EVENTS), self.total)
+            tried: list[int] = []
+            try:
+                found = search(self.head, tried)
+            except _Truncated:
+                pass
+            else:
+                spent.extend(tried)
+                return found
+        if self.whole is None:
+            self.whole, self.head = _tuples(self.cols), None
+        return search(self.whole, spent)
+
+    def last_lookup(self, items: Sequence[Sequence[tuple[Hashable, int]]]) -> dict[Hashable, int]:
+        """``_last_lookup`` of the whole list."""
+        at = np.flatnonzero(self.cols[2] == 0)
+        return {key: q for q, p in zip(at.tolist(), self.cols[3][at].tolist())
+                for key, _ in items[p]}
 
 
 # -- first come, first served: the order a scheduler's first tokens show ------------------------
@@ -1527,15 +1600,16 @@ class _TokenAxis:
                  tie_ns: int) -> None:
         self.n, self.tok = sent.size, tok
         t_lo, t_hi = (first - slack)[tok], (first + slack)[tok]
-        self.groups: list[tuple[int, int]] = []  # (start, end) on the axis, ascending
-        self.member = np.zeros(int(tok.sum()), np.int64)
-        for k in np.argsort(first[tok], kind="stable").tolist():
-            if self.groups and t_lo[k] - self.groups[-1][1] <= tie_ns:
-                self.groups[-1] = (self.groups[-1][0], max(self.groups[-1][1], int(t_hi[k])))
-            else:
-                self.groups.append((int(t_lo[k]), int(t_hi[k])))
-            self.member[k] = len(self.groups) - 1
-        self.ends = np.array([g[1] for g in self.groups], np.int64)
+        # by first token: a group ends where the next token's low is over ``tie_ns`` past the
+        # highest so far (the current group's end: every earlier group ended below its start)
+        by_first = np.argsort(first[tok], kind="stable")
+        lo_s, top = t_lo[by_first], np.maximum.accumulate(t_hi[by_first])
+        opens = np.r_[True, lo_s[1:] - top[:-1] > tie_ns] if lo_s.size else np.zeros(0, bool)
+        self.member = np.zeros(lo_s.size, np.int64)
+        self.member[by_first] = np.cumsum(opens) - 1
+        self.starts = lo_s[opens]  # each group's start and end on the axis, ascending
+        self.ends = top[np.r_[np.flatnonzero(opens)[1:] - 1, lo_s.size - 1]] if lo_s.size \
+            else np.zeros(0, np.int64)
         by_sent = np.argsort(sent[tok], kind="stable")
         self.sent_sorted = sent[tok][by_sent]
         # per position in send order: the lowest group among the requests sent from there on
@@ -1546,17 +1620,16 @@ class _TokenAxis:
         """Each request's group span (zeros for requests without a first token)."""
         lo, hi = np.zeros(self.n, np.int64), np.zeros(self.n, np.int64)
         idx = np.flatnonzero(self.tok)
-        for k, g in enumerate(self.member.tolist()):
-            lo[idx[k]], hi[idx[k]] = self.groups[g]
+        lo[idx], hi[idx] = self.starts[self.member], self.ends[self.member]
         return lo, hi
 
     def place(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Windows on the axis of moments known to lie in real-time ``[a, b]``."""
-        if not self.groups:  # no first token at all: any order
+        if not self.starts.size:  # no first token at all: any order
             return np.zeros(a.size, np.int64), np.zeros(a.size, np.int64)
         ends, last = self.ends, self.sent_sorted.size - 1
         before = np.searchsorted(ends, a, side="left") - 1  # last group ending before a
-        w_lo = np.where(before >= 0, ends[np.maximum(before, 0)] + 1, self.groups[0][0] - 1)
+        w_lo = np.where(before >= 0, ends[np.maximum(before, 0)] + 1, self.starts[0] - 1)
         nxt = np.searchsorted(self.sent_sorted, b, side="right")  # first request sent after b
         w_hi = np.where(nxt <= last, ends[self.low_group_after[np.minimum(nxt, last)]],
                         ends[-1] + 1)
@@ -1609,7 +1682,7 @@ METHODS = ("known order", "exact search", "block search", "age bound", "stack bo
            "coarse bound")
 
 
-def _tier_band(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
+def _tier_band(events: _EventLists, items: Sequence[Sequence[tuple[Hashable, int]]],
                gain: np.ndarray, cache: Any, budget: int, known: bool,
                start: int = 0, spent: list[int] | None = None,
                last: dict[Hashable, int] | None = None) -> Band | None:
@@ -1619,15 +1692,17 @@ def _tier_band(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int
     their pace says they would not finish), whichever is more; those before
     ``METHODS[start]`` skipped; ``last``: ``_last_lookup(ev, items)``, shared."""
     spent = [] if spent is None else spent
-    last = _last_lookup(ev, items) if last is None else last
+    last = events.last_lookup(items) if last is None else last
     if start <= METHODS.index("block search"):
-        blocks = block_search(ev, items, gain, cache, budget // 4, spent, last)
+        blocks = events.run(lambda ev, sp: block_search(ev, items, gain, cache, budget // 4, sp,
+                                                        last), spent)
         if blocks is not None:
             return Band(blocks, "block search", known)
     if start > METHODS.index("age bound"):
         return None
     left = max(budget // 2, budget * 7 // 8 - sum(spent))
-    ages = age_search(ev, items, gain, cache, left, last=last)
+    ages = events.run(lambda ev, sp: age_search(ev, items, gain, cache, left, spent=sp,
+                                                last=last), spent)
     return None if ages is None else Band(ages[0], "age bound", known)
 
 
@@ -1660,18 +1735,20 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
     unit = np.array([max(1, n) if set_entry else 1 for n in images], np.float64)
     gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
     stack = stack_target(target)
-    ev = _events(s, f, None if stack else fin, fin_lo)
+    events = _EventLists(_event_columns(s, f, None if stack else fin, fin_lo))
     known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
     tiers = _tier_target(factory)
     start = METHODS.index(after) if after in METHODS else 0
     spent: list[int] = []
-    last = _last_lookup(ev, items) if tiers else None  # the tier searches share it
-    found = exact_search(ev, items, gain, factory, fail or [False] * len(items),
-                         budget // 8 if tiers else budget, spent, last
-                         ) if known or start <= METHODS.index("exact search") else None
+    found, last = None, None
+    if known or start <= METHODS.index("exact search"):
+        last = events.last_lookup(items)  # the searches share it
+        found = events.run(lambda ev, sp: exact_search(
+            ev, items, gain, factory, fail or [False] * len(items),
+            budget // 8 if tiers else budget, sp, last), spent)
     if found is not None:
         return Band(found, "known order" if known else "exact search", known)
-    band = _tier_band(ev, items, gain, factory(), budget, known, start,
+    band = _tier_band(events, items, gain, factory(), budget, known, start,
                       spent, last) if tiers else None
     if band is None and stack and start <= METHODS.index("stack bound"):
         band = _stack_answer(target, items, unit, capacity, s, f, weights, factory)
