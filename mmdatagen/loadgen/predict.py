@@ -55,6 +55,10 @@ from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
 
+#: cache events in the server's order: their kinds (0: lookup, 1: later moment reached,
+#: 2: failed before it) and their requests (dispatch indices)
+Events = tuple[np.ndarray, np.ndarray]
+
 
 class _MediaError(Exception):
     """A media part the prediction cannot size (the server answers 400 to it)."""
@@ -63,7 +67,7 @@ class _MediaError(Exception):
         super().__init__(message)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     items: list[tuple]
     images: int
@@ -152,9 +156,9 @@ class ImageTracker:
         self.requests.append(_Request(request_items(self.target, keys, sizes), len(keys)))
 
     # -- after the run ------------------------------------------------------------------------
-    def events(self, rows: _Rows, timeline: dict | None) -> tuple[list[tuple], str]:
-        """Cache events ``(order, kind, request index)`` as the server saw them, and how the
-        order was known."""
+    def events(self, rows: _Rows, timeline: dict | None) -> tuple[Events, str]:
+        """Cache events as the server saw them (kinds and request indices, in its order), and
+        how the order was known."""
         if timeline is not None:
             return self._timeline_events(rows, timeline), "the server's cache timeline (exact)"
         seen = np.flatnonzero(rows.present)
@@ -187,7 +191,7 @@ class ImageTracker:
         after encoding or completion)."""
         return self.target.releases or not self.target.insert_on_lookup
 
-    def _timeline_events(self, rows: _Rows, timeline: dict) -> list[tuple]:
+    def _timeline_events(self, rows: _Rows, timeline: dict) -> Events:
         out: list[tuple] = []
         xids = rows.table.x_request_id
         for i, row in enumerate(rows.row.tolist()):
@@ -197,7 +201,9 @@ class ImageTracker:
             out.append((seqs[0], 0, i))
             if self._later and seqs[1] is not None:
                 out.append((seqs[1], 1, i))
-        return sorted(out)
+        order, kind, req = (np.array(c, np.int64) for c in zip(*out)) if out else (
+            np.zeros(0, np.int64),) * 3
+        return _sorted_events(order, kind, req)
 
     def logged(self, rows: _Rows, idx: np.ndarray) -> list[int] | None:
         """The place in the server's log (``server_order``) of the requests ``idx``, or None
@@ -228,13 +234,13 @@ class ImageTracker:
         return make_target_cache(self.target, self.model, capacity, self.front,
                                  engine_faults=self.real_engine)
 
-    def replay(self, events: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    def replay(self, events: Events) -> tuple[np.ndarray, np.ndarray]:
         """Predicted hits and lookups per request, replaying ``events`` through the target's
         cache (a two-tier target's lookups are its own: a front-tier hit never reaches it)."""
         cache = self.new_cache(self.target.capacity(self.capacity))
         hits = np.zeros(len(self.requests), np.int64)
         looked = np.zeros(len(self.requests), np.int64)
-        for _, kind, i in events:
+        for kind, i in zip(*(e.tolist() for e in events)):
             if kind:
                 (cache.finish if kind == 1 else cache.abort)(i)
                 continue
@@ -260,8 +266,7 @@ class ImageTracker:
         events, how = self.events(rows, timeline)
         per_req, refs = self.replay(events)
         looked = np.zeros(len(self.requests), bool)
-        looked[[i for _, kind, i in events if kind == 0]] = True
-        del events  # the band makes its own (a million requests: 230 MB)
+        looked[events[1][events[0] == 0]] = True
         keep = looked & (profiling[:len(self.requests)] if profiling.size else True)
         h, n = int(per_req[keep].sum()), int(refs[keep].sum())
         exact = (h, int(per_req[looked].sum()))
@@ -286,7 +291,7 @@ class ImageTracker:
         slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
         seen = np.flatnonzero(looked)  # in send order on the server's clock, ties by index
         by_send = seen[np.lexsort((seen, rows.col("start_ns", seen) - slack[seen]))]
-        idx = by_send.tolist()
+        idx = by_send
         t = _Times(rows, by_send, slack[by_send].astype(np.int64),
                    self.later_moments(rows, by_send) if self._later else None)
         weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
@@ -309,7 +314,7 @@ class ImageTracker:
                                   "each other: no engine steps to order them)")
             return any_order
         pos = np.argsort(w.lo, kind="stable")
-        fcfs = self._band([idx[p] for p in pos], w.lo[pos], w.hi[pos],
+        fcfs = self._band(idx[pos], w.lo[pos], w.hi[pos],
                           None if w.later_hi is None else w.later_hi[pos],
                           None if w.later_lo is None else w.later_lo[pos],
                           [wt[pos] for wt in weights], [fail[p] for p in pos])
@@ -325,7 +330,7 @@ class ImageTracker:
         any_order["order"] = "any: every order the send and first-byte times allow"
         return {**fcfs, "any_order": any_order}
 
-    def logged_band(self, idx: list[int], place: np.ndarray, t: _Times,
+    def logged_band(self, idx: np.ndarray, place: np.ndarray, t: _Times,
                     weights: list[np.ndarray], fail: list[bool], exact: tuple[int, int]) -> dict:
         """The band when the server's log gives the lookup order: width 0 unless a target's
         later moments (releases, completions) are open: each after its own lookup and before
@@ -347,19 +352,19 @@ class ImageTracker:
             for p in np.flatnonzero(first >= 0).tolist():  # log order: the next later group
                 q = next((q for q in range(p + 1, place.size) if w.lo[q] > w.hi[p]), None)
                 hi[p] = min(hi[p], top if q is None else 2 * place[q] - 1)
-        out = self._band([idx[p] for p in pos], 2 * place, 2 * place, np.maximum(hi, 2 * place + 1),
+        out = self._band(idx[pos], 2 * place, 2 * place, np.maximum(hi, 2 * place + 1),
                          2 * place + 1, [w[pos] for w in weights], [fail[p] for p in pos])
         out["order"] = "the server's log order; later moments between it and the send times" + (
             " or the next step's first tokens" if self.target.releases else "")
         return out
 
-    def _band(self, idx: list[int], s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
+    def _band(self, idx: np.ndarray, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
               fin_lo: np.ndarray | None, weights: list[np.ndarray], fail: list[bool],
               after: str | None = None, budget: int = SEARCH_BUDGET) -> dict:
         capacity = self.target.capacity(self.capacity)
-        res = order_band(self.target, [self.requests[i].items for i in idx],
-                         [self.requests[i].images for i in idx], capacity, s, f, fin, weights,
-                         lambda: self.new_cache(capacity),
+        reqs = [self.requests[i] for i in idx.tolist()]
+        res = order_band(self.target, [r.items for r in reqs], [r.images for r in reqs],
+                         capacity, s, f, fin, weights, lambda: self.new_cache(capacity),
                          fail, budget=budget, fin_lo=fin_lo, after=after)
         (low, high), (low_all, high_all) = res.bounds
         return {"low": low, "high": high, "width": high - low, "method": res.method,
@@ -402,10 +407,10 @@ class _Times:
         self.fin = None if later is None else np.where(later != NONE, later, self.reply)
 
 
-def _sorted_events(order: np.ndarray, kind: np.ndarray, req: np.ndarray) -> list[tuple]:
-    """``(order, kind, request)`` tuples sorted as tuples sort."""
+def _sorted_events(order: np.ndarray, kind: np.ndarray, req: np.ndarray) -> Events:
+    """The events' kinds and requests by ``order``, then kind, then request."""
     by = np.lexsort((req, kind, order))
-    return list(zip(order[by].tolist(), kind[by].tolist(), req[by].tolist()))
+    return kind[by], req[by]
 
 
 def _fcfs_keys(rows: _Rows, idx: np.ndarray) -> np.ndarray | None:
