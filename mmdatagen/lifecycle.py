@@ -19,16 +19,21 @@
 - :func:`guard_standard_streams`: every write to standard output is checked (a short write on a
   full disk or under ``ulimit -f`` is an error, not a silently cut file); a closed stdout is an
   error on the first write, and its file descriptor is never reused by an output file.
+- :func:`rare_full_collections`: while a benchmark's requests run, and while merge-runs joins a
+  million records, the cycle collector's full collections wait (their pause grows with every
+  live object: in a run's records, a TTFT outlier; in a merge, seconds).
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import functools
+import gc
 import io
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -344,3 +349,21 @@ def start_workers(workers: int = 0) -> Executor:
                      initializer=child_setup, initargs=(os.getpid(),))
     pool.submit(int).result()  # launch the processes now
     return pool
+
+
+@contextlib.contextmanager
+def rare_full_collections() -> Iterator[None]:
+    """The objects alive now are never scanned by the cycle collector again until the block
+    ends (``gc.freeze``), and its full collections wait for the end too; young cycles (an
+    aborted request's) are still collected by generations 0 and 1. Measured: 40,000 requests
+    against a zero-delay server paused up to 45 ms in a full collection, which put the run's
+    TTFT maximum at 47 ms (p99 2.4 ms); merge-runs of a million records with cache items spent
+    about 6 s of 29 in collections."""
+    low, mid, full = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(low, mid, 1 << 30)
+    try:
+        yield
+    finally:
+        gc.set_threshold(low, mid, full)
+        gc.unfreeze()

@@ -13,15 +13,14 @@ joined into one export of the usual shape, as if one process had run it.
   back the tables it read). The merged records.jsonl is written in parts by this process and
   forked writers (``export.records_writer``: each of theirs into a file beside, appended in
   the kernel; no line crosses a pipe); the export's maths run while the writers start.
-- The cycle collector is paused for the merge: it builds millions of objects without cycles
-  (records, cache items, the band's events), which the collector would otherwise scan again
-  and again (1 M records with cache items: 6 s of 29).
+- The cycle collector's full collections wait for the end of the merge
+  (``lifecycle.rare_full_collections``): it builds millions of objects without cycles
+  (records, cache items, the band's events), which they would scan again and again.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,17 +195,6 @@ def _read_tables(workers: list[Worker], processes: int) -> RecordTable:
                                    for k in range(len(jobs))])
 
 
-@contextlib.contextmanager
-def _cycle_collector_paused() -> Any:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
                processes: int = 0) -> MergeRunsResult:
     """Join the workers in ``dirs`` into one export in ``output_dir``; ``processes`` (0: one per
@@ -214,7 +202,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     the merged records."""
     from ..export import write_exports
     from ..io.atomic import check_not_input, check_target
-    from ..lifecycle import pool_size
+    from ..lifecycle import pool_size, rare_full_collections
 
     if not dirs:
         raise SpecError("runs", "needs the worker folders to merge")
@@ -224,7 +212,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     check_target(out / EXPORT_NAME, force)
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
                     [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
-    with _cycle_collector_paused():
+    with rare_full_collections():
         table = _read_tables(workers, min(pool_size(processes), len(workers)))
         predicted = merged_prediction(workers, table)  # the last change to the table
         # the export's maths run while forked writers serialise the records

@@ -15,7 +15,7 @@ from ..console import console_table
 from ..errors import RunFailed, SpecError, UserError
 from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
-from ..lifecycle import raise_stopped
+from ..lifecycle import raise_stopped, rare_full_collections
 from ..metrics import NONE, as_table
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
@@ -365,14 +365,15 @@ async def _drive(s: _Session, url: str) -> _Drive:
         wall_offset = time.time_ns() - time.perf_counter_ns()
         total = None if s.count is None else s.count + load.warmup_request_count
         progress = Progress(s.ctx, total, enabled=not load.quiet and sys.stderr.isatty())
-        n_workers = _start(s, stop, tasks)
-        prog_task = asyncio.ensure_future(progress.run())
-        try:
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-        finally:
-            prog_task.cancel()
-            progress.close()
-            await s.client.close()
+        with rare_full_collections():  # no collector pause inside the measured requests
+            n_workers = _start(s, stop, tasks)
+            prog_task = asyncio.ensure_future(progress.run())
+            try:
+                results = await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                prog_task.cancel()
+                progress.close()
+                await s.client.close()
         crashes = [r for r in results if isinstance(r, BaseException)
                    and not isinstance(r, asyncio.CancelledError)]
         after = None
