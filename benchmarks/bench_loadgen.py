@@ -12,6 +12,11 @@
    byte (its header = last byte in -> first byte out), with short bodies and with 2.6 MB image
    bodies (also at concurrency 1: at 64 such bodies saturate one core, so the figure there is
    mostly queueing behind other uploads); then the simulator's figure for reference.
+3. The cycle collector (``--skip-gc`` skips it): streaming text requests at concurrency 16
+   against the zero-delay server, each run in a fresh process, with the loader as it is (full
+   collections held off among the requests, ``lifecycle.rare_full_collections``) and with that
+   block replaced by nothing, interleaved: the TTFT maximum and p99 of each, and the ratio of
+   the maxima (a full collection's pause lands in some request's TTFT).
 
 Numbers are noisy on a shared 2-core machine: compare ratios within one run, repeat.
 """
@@ -310,9 +315,52 @@ def section_ttft(args, tmp: Path) -> None:
             _ttft_line("short bodies (sim)", client, ex)
 
 
+def _collector_run(held: str, data: str, url: str, out: str, requests: str) -> None:
+    """One streaming run in this fresh process; ``held`` "0": the block replaced by nothing."""
+    import contextlib
+    import json
+
+    if held == "0":
+        import mmdatagen.loadgen.run as run_module
+
+        run_module.rare_full_collections = contextlib.nullcontext  # type: ignore[assignment]
+    ex = run_ours(Path(data), url, Path(out), requests=int(requests), concurrency=16,
+                  streaming=True)
+    t = ex["time_to_first_token"]
+    print(json.dumps({"max": t["max"], "p99": t["p99"], "rate": ex["request_throughput"]["avg"],
+                      "errors": ex["error_request_count"]["avg"]}))
+
+
+def section_gc(args, tmp: Path) -> None:
+    import json
+
+    print(f"== cycle collector: streaming short text, concurrency 16, {args.gc_requests} "
+          f"requests per run, zero-delay minimal server, {args.repeat + 1} runs each")
+    data = _text_dataset(tmp / "gc.jsonl", 2000)
+    got: dict[str, list[dict]] = {"1": [], "0": []}
+    with MiniServer() as srv:
+        for rep in range(args.repeat + 1):
+            for held in ("0", "1"):
+                res = subprocess.run([sys.executable, __file__, "--collector-run", held,
+                                      str(data), srv.url, str(tmp / f"gc-{held}-{rep}"),
+                                      str(args.gc_requests)], capture_output=True, text=True,
+                                     check=True)
+                r = json.loads(res.stdout.strip().splitlines()[-1])
+                assert r["errors"] == 0
+                got[held].append(r)
+                name = "held off" if held == "1" else "as Python"
+                print(f"  rep {rep}: full collections {name:9s}: TTFT max {r['max']:7.2f} ms, "
+                      f"p99 {r['p99']:6.2f} ms, {r['rate']:8,.0f} req/s")
+    med = {k: statistics.median(x["max"] for x in v) for k, v in got.items()}
+    print(f"  median TTFT max: held off {med['1']:.2f} ms, as Python {med['0']:.2f} ms: "
+          f"{med['0'] / med['1']:.1f}x lower with them held off")
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--serve":
         return serve(int(sys.argv[2]), float(sys.argv[3]))
+    if len(sys.argv) == 7 and sys.argv[1] == "--collector-run":
+        return _collector_run(*sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--aiperf-requests", type=int, default=10000)
@@ -322,6 +370,8 @@ def main() -> None:
     ap.add_argument("--aiperf", default=None, help="Path to the aiperf executable.")
     ap.add_argument("--skip-rate", action="store_true")
     ap.add_argument("--skip-ttft", action="store_true")
+    ap.add_argument("--skip-gc", action="store_true", help="Skip the cycle collector section.")
+    ap.add_argument("--gc-requests", type=int, default=40000)
     ap.add_argument("--skip-sim", action="store_true", help="Skip the simulator reference line.")
     ap.add_argument("--first-token-ms", type=float, default=20.0,
                     help="Minimal server's delay to the first token in the TTFT section.")
@@ -332,6 +382,8 @@ def main() -> None:
             section_rate(args, tmp)
         if not args.skip_ttft:
             section_ttft(args, tmp)
+        if not args.skip_gc:
+            section_gc(args, tmp)
 
 
 if __name__ == "__main__":
