@@ -607,11 +607,12 @@ def test_a_search_over_the_head_of_the_events_answers_as_over_all(w, name, budge
     the work the searches spent are those of the whole list."""
     target = get_target(name)
     whole = band(target, w, budget=budget, after=after)
-    saved, band_module.PROBE_EVENTS = band_module.PROBE_EVENTS, head
+    saved = band_module.PROBE_EVENTS, band_module.PROBE_FROM
+    band_module.PROBE_EVENTS, band_module.PROBE_FROM = head, 0
     try:
         assert band(target, w, budget=budget, after=after) == whole
     finally:
-        band_module.PROBE_EVENTS = saved
+        band_module.PROBE_EVENTS, band_module.PROBE_FROM = saved
 
 
 @settings(max_examples=300, deadline=None)
@@ -638,13 +639,14 @@ def test_each_search_over_a_head_answers_and_spends_as_over_all(w, name, head, b
                                             last=last)}[search]
     spent_all: list[int] = []
     want = run(_events(w["s"], w["f"], None if stack(target) else w["fin"]), spent_all)
-    saved, band_module.PROBE_EVENTS = band_module.PROBE_EVENTS, head
+    saved = band_module.PROBE_EVENTS, band_module.PROBE_FROM
+    band_module.PROBE_EVENTS, band_module.PROBE_FROM = head, 0
     try:
         spent: list[int] = []
         assert _EventLists(cols).run(run, spent) == want
         assert spent == spent_all
     finally:
-        band_module.PROBE_EVENTS = saved
+        band_module.PROBE_EVENTS, band_module.PROBE_FROM = saved
 
 
 def _groups_by_definition(first, slack, tie_ns):

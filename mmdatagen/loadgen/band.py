@@ -1452,12 +1452,16 @@ def _event_columns(s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
 
 
 PROBE_EVENTS = 4_096  # the head a search first runs over: most give up in their first steps
+# ... from this many events on (a search that goes past the head there keeps a pace of at most
+# 2 * budget / PROBE_FROM per step, so the head's work it repeats is at most 1/16 of its budget)
+PROBE_FROM = 1 << 17
 
 
 class _EventLists:
     """The band's events (``_events``), made as tuples only as far as the searches need them:
-    each search first runs over a head of ``PROBE_EVENTS``, which answers as the whole list
-    would when it gives up there (a million requests: their tuples took 565 MB)."""
+    over ``PROBE_FROM`` events, each search first runs over a head of ``PROBE_EVENTS``, which
+    answers as the whole list would when it gives up there (a million requests: their tuples
+    took 565 MB)."""
 
     def __init__(self, cols: EventColumns) -> None:
         self.cols, self.total = cols, int(cols[0].size)
@@ -1466,7 +1470,7 @@ class _EventLists:
 
     def run(self, search: Callable[[Sequence[Event], list[int]], Any], spent: list[int]) -> Any:
         """``search(events, spent)`` over the head, else over the whole list."""
-        if self.whole is None and self.total > PROBE_EVENTS:
+        if self.whole is None and self.total > max(PROBE_EVENTS, PROBE_FROM):
             if self.head is None:
                 self.head = _Head(_tuples(self.cols, PROBE_EVENTS), self.total)
             tried: list[int] = []
