@@ -8,9 +8,10 @@ The workers' folders are synthetic but shaped as ``bench --num-shards`` writes t
 (records.jsonl lines of ~1 KB with their metrics, a few failed requests, warmup), 4 workers.
 Each merge runs in a child process that times itself from before its imports to its exit:
 wall and CPU seconds, peak RSS (``ru_maxrss``), and where its CPU went (reading its share of
-the records, the cache items and the records the prediction reads, the prediction's replay,
-its order band, writing, and within writing the export's maths, done while forked writers
-serialise records.jsonl); the CPU of the processes it forks (readers, writers) beside. The
+the records, the cache items, the prediction's events and replay (it reads the record table's
+columns; "record objects" is what is left of making RequestRecords), its order band,
+writing, and within writing the export's maths, done while forked writers serialise
+records.jsonl); the CPU of the processes it forks (readers, writers) beside. The
 run with cache items replays the merged prediction; its order band (``loadgen/band.py``) is
 reported apart.
 
