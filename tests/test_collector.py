@@ -21,6 +21,17 @@ def test_the_block_freezes_what_lives_and_holds_full_collections_off():
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
 
 
+def test_a_callers_freeze_outlives_the_block():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with rare_full_collections():
+            assert gc.get_threshold()[2] >= 1 << 30
+        assert gc.get_freeze_count() == frozen  # not released by the block
+    finally:
+        gc.unfreeze()
+
+
 def test_no_full_collection_falls_among_a_benchmarks_requests(tmp_path):
     """With thresholds that make a full collection every few dozen allocations, some happen
     before and after the run, none between its first request and its last response."""
