@@ -76,7 +76,7 @@ import bisect
 import heapq
 import itertools
 import pickle
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -1157,8 +1157,15 @@ def _merge(into: dict, state: Hashable, val: tuple[float, ...], got: int,
 
 def _last_lookup(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]]
                  ) -> dict[Hashable, int]:
-    """Per key: the last lookup event that holds it (later events overwrite earlier ones)."""
-    return {key: q for q, (_, _, kind, p) in enumerate(ev) if kind == 0 for key, _ in items[p]}
+    """Per key: the last lookup event that holds it."""
+    return _last_of(((q, p) for q, (_, _, kind, p) in enumerate(ev) if kind == 0), items)
+
+
+def _last_of(lookups: Iterable[tuple[int, int]],
+             items: Sequence[Sequence[tuple[Hashable, int]]]) -> dict[Hashable, int]:
+    """Per key: the last of ``lookups`` (event, request), in event order, whose request holds
+    it (later events overwrite earlier ones)."""
+    return {key: q for q, p in lookups for key, _ in items[p]}
 
 
 # -- past the block search: a search over entry ages (a bound) --------------------------------------
@@ -1488,8 +1495,7 @@ class _EventLists:
     def last_lookup(self, items: Sequence[Sequence[tuple[Hashable, int]]]) -> dict[Hashable, int]:
         """``_last_lookup`` of the whole list."""
         at = np.flatnonzero(self.cols[2] == 0)
-        return {key: q for q, p in zip(at.tolist(), self.cols[3][at].tolist())
-                for key, _ in items[p]}
+        return _last_of(zip(at.tolist(), self.cols[3][at].tolist()), items)
 
 
 # -- first come, first served: the order a scheduler's first tokens show ------------------------

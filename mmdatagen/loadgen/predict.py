@@ -167,7 +167,8 @@ class ImageTracker:
         logged = self.logged(rows, processed)
         later, moments = self._later, self.later_moments(rows, processed)
         if logged is not None:
-            keys, at = 2 * np.array(logged, np.int64), 2 * np.array(logged, np.int64) + 1
+            keys = 2 * np.array(logged, np.int64)
+            at = keys + 1
             how = "the server's log order (exact)" + (
                 ", later moments right after each lookup" if later else "")
         else:
@@ -290,13 +291,12 @@ class ImageTracker:
         and first-byte times allow, whatever the scheduler (``any_order``)."""
         slack = np.zeros(len(self.requests), np.int64) if slack_ns is None else slack_ns
         seen = np.flatnonzero(looked)  # in send order on the server's clock, ties by index
-        by_send = seen[np.lexsort((seen, rows.col("start_ns", seen) - slack[seen]))]
-        idx = by_send
-        t = _Times(rows, by_send, slack[by_send].astype(np.int64),
-                   self.later_moments(rows, by_send) if self._later else None)
+        idx = seen[np.lexsort((seen, rows.col("start_ns", seen) - slack[seen]))]
+        t = _Times(rows, idx, slack[idx].astype(np.int64),
+                   self.later_moments(rows, idx) if self._later else None)
         weights = [keep[idx].astype(np.float64), np.ones(len(idx))]
-        fail = (self.later_kinds(rows, by_send) == 2).tolist()
-        logged = self.logged(rows, by_send)
+        fail = (self.later_kinds(rows, idx) == 2).tolist()
+        logged = self.logged(rows, idx)
         if logged is not None:
             return self.logged_band(idx, np.array(logged, np.int64), t, weights, fail, exact)
         s, f, fin = t.start - t.slack, t.reply + t.slack, t.fin

@@ -16,7 +16,7 @@ from ..errors import RunFailed, SpecError, UserError
 from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
 from ..lifecycle import raise_stopped, rare_full_collections
-from ..metrics import NONE, as_table
+from ..metrics import NONE, RecordTable, as_table
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
@@ -437,9 +437,11 @@ def _wall_span(records: list, wall_offset: int) -> tuple[int, int] | None:
             max((r.response_end_ns or r.start_ns) for r in records) + wall_offset)
 
 
-async def _predicted(s: _Session, url: str, records: list) -> dict | None:
+async def _predicted(s: _Session, url: str, records: list, table: RecordTable
+                     ) -> dict | None:
     """The cache prediction of the run: the tracker replayed in the order the server's
-    timeline, its log or the first tokens give."""
+    timeline, its log or the first tokens give (``table``: the records as columns; the
+    predicted hits go into both)."""
     run = s.run
     timeline = None
     if s.tracker is not None:
@@ -450,7 +452,6 @@ async def _predicted(s: _Session, url: str, records: list) -> dict | None:
 
             s.tracker.server_order, s.tracker.order_note = await read_server_order(
                 run.load.server_log, {r.x_request_id for r in records if engine_processed(r)})
-    table = as_table(records)
     predicted = prediction_result(s.tracker, s.note, table, s.ctx.started, timeline)
     for r, hits in zip(records, table.predicted_hits.tolist()):
         r.predicted_hits = None if hits == NONE else hits
@@ -471,7 +472,8 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool
     span = _wall_span(records, d.wall_offset)
     scale = run.load.time_scale if embedded else 1.0
     to_simulated_time(records, scale)
-    predicted = await _predicted(s, url, records)
+    table = as_table(records)  # the prediction and the export read the same columns
+    predicted = await _predicted(s, url, records, table)
     extra: dict[str, Iterable[bytes]] | None = None
     if run.shard.num_shards > 1 and s.tracker is not None:
         extra = {CACHE_ITEMS_NAME: cache_item_lines(s.tracker, records)}
@@ -479,7 +481,7 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool
     scraped = counter_delta(d.before, d.after, counters)
     series = d.sampler.series(min(prof_starts) if prof_starts else None, scale)
     info = _run_info(s, url, d, embedded, scale)
-    export = build_export(records, input_config=run.public(), run_info=info,
+    export = build_export(table, input_config=run.public(), run_info=info,
                           was_cancelled=d.cancelled or s.ctx.fatal is not None,
                           wall_offset_ns=d.wall_offset, predicted=predicted, scraped=scraped,
                           wall_span_ns=span)

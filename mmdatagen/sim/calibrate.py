@@ -296,13 +296,21 @@ def _released(x: np.ndarray, y: np.ndarray, label: np.ndarray, result: Fit,
     names = [p for p in PARAMS if p not in given]
     at = [PARAMS.index(p) for p in names]
     w = np.array([1.0 / result.spread[g] for g in label.tolist()])
-    resid = (y - x @ np.array([result.values[p] for p in PARAMS])) * w
-    xw = x[:, at] * w[:, None]
-    scale = max(float(resid @ resid) / max(len(y) - len(names), 1), 1.0)
-    cov = np.linalg.pinv(xw.T @ xw) * scale
-    se = {**result.se, **{n: math.sqrt(max(float(cov[i, i]), 0.0))
-                          for i, n in enumerate(names)}}
-    return replace(result, se=se, correlation=_correlation(cov, names))
+    cov = _covariance(x[:, at] * w[:, None],
+                      (y - x @ np.array([result.values[p] for p in PARAMS])) * w)
+    return replace(result, se={**result.se, **_std_errors(cov, names)},
+                   correlation=_correlation(cov, names))
+
+
+def _covariance(xw: np.ndarray, resid_w: np.ndarray) -> np.ndarray:
+    """The weighted least-squares covariance of the costs (columns of ``xw``): the inverse
+    curvature scaled by the weighted residual variance per degree of freedom (at least 1)."""
+    dof = max(len(resid_w) - xw.shape[1], 1)
+    return np.linalg.pinv(xw.T @ xw) * max(float(resid_w @ resid_w) / dof, 1.0)
+
+
+def _std_errors(cov: np.ndarray, names: list[str]) -> dict[str, float]:
+    return {n: math.sqrt(max(float(cov[i, i]), 0.0)) for i, n in enumerate(names)}
 
 
 def _solve(x: np.ndarray, y: np.ndarray, label: np.ndarray, names: list[str],
@@ -322,13 +330,9 @@ def _solve(x: np.ndarray, y: np.ndarray, label: np.ndarray, names: list[str],
             floor = 1e-6 * max(float(np.median(np.abs(y[sel]))), 1e-9)
             spread[g] = max(rms, floor)
             w[sel] = 1.0 / spread[g]
-    xw = x * w[:, None]
-    dof = max(len(y) - len(names), 1)
-    scale = max(float(((y - x @ beta) * w) @ ((y - x @ beta) * w)) / dof, 1.0)
-    cov = np.linalg.pinv(xw.T @ xw) * scale
+    cov = _covariance(x * w[:, None], (y - x @ beta) * w)
     values = {**hold, **{n: float(b) for n, b in zip(names, beta)}}
-    se = {**{n: 0.0 for n in hold}, **{n: math.sqrt(max(float(cov[i, i]), 0.0))
-                                       for i, n in enumerate(names)}}
+    se = {**{n: 0.0 for n in hold}, **_std_errors(cov, names)}
     rows = {g: int((label == g).sum()) for g in sorted(set(label.tolist()))}
     return Fit({p: values[p] for p in PARAMS}, {p: se[p] for p in PARAMS}, hold, spread, rows,
                _correlation(cov, names))
