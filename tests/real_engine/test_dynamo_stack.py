@@ -15,7 +15,14 @@ Each case runs ``mmdatagen bench --url <frontend> --metrics-url <worker> --cache
   of the two tiers (below) == Dynamo's hits, misses and evictions;
 - concurrency 8: the server's order is unknown to the client; the counters lie inside the
   export's order band (``predicted.band``: the lowest and highest hits over every order
-  consistent with the client's timings), and bench's own ``measured_inside`` agrees.
+  consistent with the client's timings; for vLLM's encoder cache in front, item by item with
+  prefills chunked over steps, ``loadgen/chunked.py``), and bench's own ``measured_inside``
+  agrees;
+- every case: mmdatagen's two-tier model driven by the engine's own item-level cache events
+  (the scheduler's lookups and frees, written by ``dynamo_stack_hook/sitecustomize.py`` under
+  ``MMDATAGEN_EC_TRACE``) decides each event as the engine did and counts Dynamo's hits and
+  misses. At concurrency 8 the trace shows items looked up after their own request freed an
+  earlier one: prefills span steps (what broke the band's earlier one-step assumption).
 
 The re-encoded case sends the same pixels as two different PNG files: Dynamo's worker keys an item
 by its decoded pixels, so the copy is one entry (a hit in Dynamo's tier once vLLM's encoder cache
@@ -51,6 +58,8 @@ CAPACITY_GB = 0.002  # 2,147,483 B: 21 embeddings of a 640x480 image (391 tokens
 STACK = {"capacity_gb": CAPACITY_GB, "max_num_batched_tokens": 2048, "max_images": 3}
 BYTES_PER_EMBED = 256  # hidden 128 x bfloat16: the worker logs it ("bytes_per_embed=256")
 GIB = 1 << 30
+# the scheduler's item-level cache events (``dynamo_stack_hook/sitecustomize.py``)
+TRACE = ARTIFACTS / "dynamo-ec-trace.jsonl"
 
 WORKLOADS = [
     # name, generator, generator args, concurrency
@@ -78,8 +87,11 @@ def _stack(python: Path, model: Path) -> DynamoStack:
     # cache file alike (modelinfos/...qwen2_vl...json) with their own module hash, so a shared
     # one made the other version inspect the model again in a subprocess (+15 s per start)
     cache = Path(python).parent.parent / "vllm-cache"
+    TRACE.parent.mkdir(parents=True, exist_ok=True)
+    TRACE.write_bytes(b"")
     return DynamoStack(python, model, ARTIFACTS, **STACK,
-                       env={**OTHER_CORE, "VLLM_CACHE_ROOT": str(cache)})
+                       env={**OTHER_CORE, "VLLM_CACHE_ROOT": str(cache),
+                            "MMDATAGEN_EC_TRACE": str(TRACE)})
 
 
 servers.register("stack", setup_dynamo_stack.ensure, _stack)
@@ -116,6 +128,7 @@ def run_bench(stack: DynamoStack, model: Path, dataset: Path, out: Path, concurr
     assert stack.alive(), "a Dynamo process died before this case"
     before = stack.embedding_counters()
     offset = stack.worker.settled_offset()
+    traced = TRACE.stat().st_size
     started = time.monotonic()
     mmdatagen("bench", "--input-file", dataset, "--url", stack.url,
               "--metrics-url", stack.metrics_url, "--model", model,
@@ -130,6 +143,9 @@ def run_bench(stack: DynamoStack, model: Path, dataset: Path, out: Path, concurr
     measured["bench_seconds"] = round(seconds, 1)
     measured["entries_before"], measured["entries_after"] = before["entries"], after["entries"]
     measured["encoder_runs"] = stack.worker.encoder_runs(offset, end)["encoder_inputs"]
+    with TRACE.open("rb") as f:
+        f.seek(traced)
+        measured["trace"] = [orjson.loads(line) for line in f.read().splitlines() if line]
     export, records = read_run(out)
     return export, records, measured
 
@@ -205,6 +221,34 @@ def two_tier_replay(requests: list[list[tuple[str, int]]], budget_tokens: int,
     return out
 
 
+def replay_trace(trace: list[dict], budget_tokens: int) -> dict[str, int]:
+    """mmdatagen's two-tier model (``caches.model.TieredCache``) driven by the engine's own
+    item-level cache events, in the scheduler's order: each item its own request, looked up
+    when the engine scheduled it and released when the engine freed it. Counts its outcomes,
+    the events where it decided otherwise than the engine (an encoder-cache hit or not, a
+    Dynamo hit or not), and the items looked up after their own request freed an earlier one
+    (a prefill over several steps)."""
+    from mmdatagen.caches.model import TieredCache
+
+    cache = TieredCache(int(CAPACITY_GB * GIB), budget_tokens, BYTES_PER_EMBED)
+    out = {"hits": 0, "misses": 0, "disagreements": 0, "after_own_free": 0}
+    freed: set[str] = set()
+    for e in trace:
+        rid = (e["request"], e["index"])
+        if e["kind"] == "free":
+            cache.finish(rid)
+            freed.add(e["request"])
+        elif e["kind"] in ("front", "alloc"):
+            hit = cache.lookup(rid, [(e["key"], e["embeds"] * BYTES_PER_EMBED)])[0]
+            served = cache.last_front[0]
+            out["disagreements"] += served != (e["kind"] == "front") or (
+                not served and hit != e["dynamo"])
+            out["after_own_free"] += e["request"] in freed
+            if not served:
+                out["hits" if hit else "misses"] += 1
+    return out
+
+
 def summary_row(name: str, concurrency: int, pred: dict, measured: dict, reference: dict,
                 budget: int) -> dict:
     """The case's row in the suite's summary (conftest's columns, Dynamo's counters beside)."""
@@ -221,7 +265,8 @@ def summary_row(name: str, concurrency: int, pred: dict, measured: dict, referen
             "bench_predicted_cache": cache, "engine_hits": measured["hits"],
             "engine_queries": queries, "encoder_runs": measured["encoder_runs"],
             "reference_encoder_runs": reference["misses"] if exact else None,
-            "dynamo": measured, "bench_predicted": {k: pred.get(k) for k in ("hits", "misses")},
+            "dynamo": {k: v for k, v in measured.items() if k != "trace"},
+            "bench_predicted": {k: pred.get(k) for k in ("hits", "misses")},
             "reference_dispatch_order": reference, "encoder_budget_tokens": budget,
             "band": band}
 
@@ -252,6 +297,10 @@ def check_and_record(name: str, concurrency: int, export: dict, measured: dict,
     assert (scraped["hits"], scraped["queries"], scraped["evictions"]) == (
         measured["hits"], measured["hits"] + measured["misses"], measured["evictions"]), row
     assert measured["encoder_runs"] == measured["misses"], row
+    # the model in the engine's own item order: Dynamo's counts, event by event
+    replayed = row["engine_order_replay"] = replay_trace(measured["trace"], budget)
+    assert replayed["disagreements"] == 0, row
+    assert (replayed["hits"], replayed["misses"]) == (measured["hits"], measured["misses"]), row
     band = row["band"]
     if concurrency == 1:
         check_one_at_a_time(row, pred, measured, reference)
