@@ -7,10 +7,12 @@ Dynamo's two tiers as bench models them there (connector 0.002 GiB, vLLM's encod
 embedding tokens in front, 256 B per embedding token, Qwen2-VL's tokens per image), and a
 synthetic first-come-first-served engine at concurrency 8 in place of the real one (fixed seed):
 a closed loop (a session's turns one after another), arrivals 0-5 ms after sending, engine
-steps of 4-10 ms with 2,048 tokens each (adjacent steps' first tokens may tie), a prefill in one step (the head of the queue waits
-for a step with room), first tokens at the step's end (client jitter under 2 ms), two output
-tokens. The band is the first-token band bench reports (``fcfs_windows``, releases in the first
-token's step); the engine's own hits (its true order replayed) are checked to lie inside.
+steps of 4-10 ms with 2,048 tokens each (adjacent steps' first tokens may tie), chunked prefill
+item by item (``engine``; the ``split`` column: items looked up after their own request freed
+an earlier one), first tokens at the step's end (client jitter under 2 ms), two output tokens.
+The band is the first-come band bench reports for vLLM's encoder cache (``chunked_band`` over
+the first-token groups); the engine's own hits (its true order replayed, item by item) are
+checked to lie inside.
 
     python benchmarks/bench_band.py [--budget N] [--processor]
 """
@@ -31,10 +33,11 @@ from PIL import Image
 from mmdatagen.caches import get_target, make_cache
 from mmdatagen.io.imageref import entry_size
 from mmdatagen.loadgen.band import SEARCH_BUDGET, fcfs_windows, order_band
+from mmdatagen.loadgen.chunked import CHUNKED_BUDGET, chunked_band
 from mmdatagen.vlm import get_model
 
 CAPACITY_GB, FRONT_TOKENS, BYTES_PER_TOKEN = 0.002, 3840, 256
-STEP_TOKENS, TEXT_TOKENS = 2048, 16
+STEP_TOKENS, TEXT_TOKENS, PREFIX_TOKENS = 2048, 16, 20
 MIXED = "640x480:2,320x240:1,224x224:1"
 WORKLOADS = [  # name, generator, args, seed (test_dynamo_connector's at concurrency 8), repeats
     ("pool evicting, 640x480", "pool", ["-n", "60", "--pool-size", "30", "--images-per-request",
@@ -93,18 +96,30 @@ def _decoded(url: str):
 
 def engine(items: list, sessions: list[str], conc: int, step_ms: tuple[int, int] = (4, 10),
            seed: int = 0):
-    """A closed loop against a one-step-prefill FCFS engine: send, first-token and end times
-    (ns), and the engine's true events (lookup 0 / release 1, request) in order."""
+    """A closed loop against a chunked-prefill FCFS engine, item by item as vLLM's scheduler
+    goes: send, first-token and end times (ns), and the engine's true events (kind: lookup 0 /
+    free 1, request, item) in order. Each step spends ``STEP_TOKENS`` on the decoding requests
+    (one each), then on the prompts in arrival order (the running one first), cut wherever the
+    budget ends; an item is looked up when a chunk first reaches it and freed at the end of the
+    step that passes it; a prompt is ``PREFIX_TOKENS`` of text, its items, ``TEXT_TOKENS``."""
     rng = np.random.default_rng(seed)
     n, ms = len(items), 1_000_000
-    need = [TEXT_TOKENS + sum(sz // BYTES_PER_TOKEN for _, sz in it) for it in items]
+    spans, need = [], []
+    for it in items:
+        pos, mine = PREFIX_TOKENS, []
+        for _, sz in it:
+            mine.append((pos, pos + sz // BYTES_PER_TOKEN))
+            pos += sz // BYTES_PER_TOKEN
+        spans.append(mine)
+        need.append(pos + TEXT_TOKENS)
     send, first, end = np.full(n, -1, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64)
     arrive = np.zeros(n, np.int64)
     busy: set[str] = set()
     free_at: dict[str, int] = {}  # a session's next turn is sent after its last one ended
-    todo, waiting, running, truth = list(range(n)), [], [], []
+    done_tok, looked, freed = [0] * n, [0] * n, [0] * n
+    todo, queue, decoding, truth = list(range(n)), [], [], []
     t, sent_at = 0, [0] * conc  # a free slot sends at its time
-    while todo or waiting or running:
+    while todo or queue or decoding:
         for slot in range(conc):
             nxt = next((i for i in todo if sessions[i] not in busy), None)
             if nxt is None or sent_at[slot] is None or sent_at[slot] > t:
@@ -114,68 +129,76 @@ def engine(items: list, sessions: list[str], conc: int, step_ms: tuple[int, int]
             send[nxt] = max(sent_at[slot], free_at.get(sessions[nxt], 0))
             sent_at[slot] = None
             arrive[nxt] = send[nxt] + int(rng.integers(0, 5 * ms))
-            waiting.append((nxt, slot))
-        waiting.sort(key=lambda e: (arrive[e[0]], e[0]))
+            queue.append((nxt, slot))
+        queue.sort(key=lambda e: (done_tok[e[0]] == 0, arrive[e[0]], e[0]))  # running first
         dur = int(rng.integers(step_ms[0] * ms, step_ms[1] * ms))
-        room, done, new = STEP_TOKENS - len(running), [], []
-        for i, slot in running:  # the second output token: the request ends
+        room, ran = STEP_TOKENS - len(decoding), []
+        for i, slot in decoding:  # the second output token: the request ends
             end[i] = t + dur + int(rng.integers(0, 2 * ms))
             sent_at[slot] = int(end[i]) + int(rng.integers(0, ms))
             busy.discard(sessions[i])
             free_at[sessions[i]] = int(end[i]) + int(rng.integers(0, ms))
-            done.append(i)
-        while waiting and arrive[waiting[0][0]] <= t and need[waiting[0][0]] <= room:
-            i, slot = waiting.pop(0)
-            room -= need[i]
-            truth.append((0, i))
-            new.append((i, slot))
-            first[i] = t + dur + int(rng.integers(0, 2 * ms))
-        truth += [(1, i) for i, _ in new]
-        running = new
+        decoding = []
+        while queue and room > 0 and arrive[queue[0][0]] <= t:
+            i, slot = queue[0]
+            take = min(need[i] - done_tok[i], room)
+            room -= take
+            top = done_tok[i] = done_tok[i] + take
+            while looked[i] < len(spans[i]) and spans[i][looked[i]][0] < top:
+                truth.append((0, i, looked[i]))
+                looked[i] += 1
+            ran.append(i)
+            if top == need[i]:
+                queue.pop(0)
+                decoding.append((i, slot))
+                first[i] = t + dur + int(rng.integers(0, 2 * ms))
+        for i in ran:  # the end of the step: what the chunks passed is freed
+            while freed[i] < len(spans[i]) and spans[i][freed[i]][1] <= done_tok[i]:
+                truth.append((1, i, freed[i]))
+                freed[i] += 1
         t += dur
     return send, first, end, truth
 
 
 def connector_band(items: list, send, first, end, budget: int):
-    """bench's first-token band (predict.py's call) and its seconds."""
+    """bench's first-come band (predict.py's: ``chunked.chunked_band`` over the first-token
+    groups) and its seconds; then the band over any order (``any_order``)."""
     target = get_target("dynamo-connector")
     capacity = target.capacity(CAPACITY_GB)
     order = np.argsort(send, kind="stable")
     its = [items[i] for i in order]
-    s, f, e = send[order], first[order], end[order]
-    w = fcfs_windows(s, f, f, e, None, at_first_token=True)
+    s, f = send[order], first[order]
+    w = fcfs_windows(s, f, f, None, None)
     pos = np.argsort(w.lo, kind="stable")
     n = len(pos)
-    assert w.later_lo is not None and w.later_hi is not None
+    groups = [g.tolist() for g in np.split(np.arange(n), np.flatnonzero(np.diff(w.lo[pos])) + 1)]
 
     def factory():
         return make_cache(target, capacity, front_tokens=FRONT_TOKENS,
                           bytes_per_token=BYTES_PER_TOKEN)
 
     t0 = time.perf_counter()
-    band = order_band(target, [its[p] for p in pos], [len(its[p]) for p in pos], capacity,
-                      w.lo[pos], w.hi[pos], w.later_hi[pos], [np.ones(n), np.ones(n)],
-                      factory,
-                      [False] * n, budget=budget, fin_lo=w.later_lo[pos])
+    got = chunked_band(groups, [its[p] for p in pos], np.ones((2, n)), factory(), budget)
     secs = time.perf_counter() - t0
+    band = None if got is None else ("chunked search" if got[1] else "chunked bound",
+                                     got[0][0])
     t0 = time.perf_counter()  # and the band for any scheduler (predict.py's any_order)
     anyb = order_band(target, its, [len(it) for it in its], capacity, s, f, f,
-                      [np.ones(n), np.ones(n)],
-                      factory,
-                      [False] * n, budget=budget // 4, after=band.method)
+                      [np.ones(n), np.ones(n)], factory, [False] * n, budget=SEARCH_BUDGET // 4)
     return band, secs, w.largest, anyb, time.perf_counter() - t0
 
 
 def true_hits(items: list, truth: list) -> int:
+    """The engine's hits in its true order, each item its own request."""
     target = get_target("dynamo-connector")
     cache = make_cache(target, target.capacity(CAPACITY_GB), front_tokens=FRONT_TOKENS,
                        bytes_per_token=BYTES_PER_TOKEN)
     hits = 0
-    for kind, i in truth:
+    for kind, i, k in truth:
         if kind == 0:
-            hits += sum(cache.lookup(i, items[i]))
+            hits += sum(cache.lookup((i, k), items[i][k:k + 1]))
         else:
-            cache.finish(i)
+            cache.finish((i, k))
     return hits
 
 
@@ -183,7 +206,7 @@ def connector(args: argparse.Namespace) -> None:
     print(f"Dynamo's two tiers ({CAPACITY_GB} GiB connector, {FRONT_TOKENS}-token encoder "
           f"cache), synthetic FCFS engine at concurrency {args.concurrency}, "
           f"budget {args.budget:,}")
-    print(f"{'workload':<28} {'lookups':>7} {'group':>5} {'engine':>6} {'method':<13} "
+    print(f"{'workload':<28} {'lookups':>7} {'group':>5} {'split':>5} {'engine':>6} {'method':<14} "
           f"{'band':>9} {'width':>5} {'w/lookups':>9} {'seconds':>8}  | any order: "
           f"{'method':<13} {'band':>9} {'seconds':>8}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,11 +217,13 @@ def connector(args: argparse.Namespace) -> None:
             send, first, end, truth = engine(items, sessions, args.concurrency, args.step_ms)
             band, secs, largest, anyb, any_secs = connector_band(items, send, first, end,
                                                                  args.budget)
-            lo, hi = band.bounds[0]
             truth_hits = true_hits(items, truth)
-            assert lo <= truth_hits <= hi, (name, lo, truth_hits, hi)
             lookups = sum(len(it) for it in items)
-            print(f"{name:<28} {lookups:>7} {largest:>5} {truth_hits:>6} {band.method:<13} "
+            split = sum(1 for a, b in zip(truth, truth[1:])
+                        if a[0] == 1 and b[0] == 0 and a[1] == b[1])
+            method, (lo, hi) = band or ("gave up", (0, lookups))
+            assert lo <= truth_hits <= hi, (name, lo, truth_hits, hi)
+            print(f"{name:<28} {lookups:>7} {largest:>5} {split:>5} {truth_hits:>6} {method:<14} "
                   f"{f'{lo}..{hi}':>9} {hi - lo:>5} {(hi - lo) / lookups:>9.1%} {secs:>8.2f}  | "
                   f"{anyb.method:<13} {'{}..{}'.format(*anyb.bounds[0]):>9} {any_secs:>8.2f}")
 
@@ -254,7 +279,8 @@ def processor(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--budget", type=int, default=SEARCH_BUDGET, help="the search's work budget")
+    ap.add_argument("--budget", type=int, default=CHUNKED_BUDGET,
+                    help="the chunked search's work budget")
     ap.add_argument("--step-ms", type=lambda v: tuple(map(int, v.split(","))), default=(4, 10),
                     help="the engine's step duration range, ms")
     ap.add_argument("--only", type=lambda v: [int(x) for x in v.split(",")], default=None,

@@ -39,7 +39,8 @@ import numpy as np
 from .band import TIER_STATES, _tier_trim, _TierModel, _Tiers, _widen
 
 Item = tuple[Hashable, int]
-CHUNKED_BUDGET = 20_000_000  # work units (about 10 s here) before the search gives up
+CHUNKED_BUDGET = 16_000_000  # work units (5-20 s here) before the search gives up
+MAX_MEMBERS = 6  # a larger group (its orders: members x (members - 1)!): the search gives up
 KEEP = TIER_STATES  # states per pinned structure after a group before they are joined
 # a cut: free every pinned item but the first member's own from this index on
 Script = tuple[tuple[str, int], ...]
@@ -80,7 +81,8 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
     vector ``w``) over the engine's orders above, and whether the band is exact; ``groups``:
     the requests (positions) of each step, in step order (``ordered``: each in arrival order,
     as a server log gives it); ``cache``: the target's empty cache (its capacities). None past
-    ``budget`` units of work (the work done goes into ``spent``).
+    ``budget`` units of work (the work done goes into ``spent``), or at once for a group of
+    over ``MAX_MEMBERS`` requests in no known order.
 
     States are the age search's (``band._Tiers``: pinned items exact, freeable and connector
     entries by intervals of ages), one per pinned structure and ages; past ``keep`` per
@@ -88,6 +90,8 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
     lowest, possible ones for the highest). The items a cut frees are freed as one batch in
     any order (each entry's age an interval over the orders), so a group's orders of members
     end in few states."""
+    if not ordered and any(len(members) > MAX_MEMBERS for members in groups):
+        return None
     model, half = _TierModel(cache), gain.shape[0]
     last = {key: g for g, members in enumerate(groups) for p in members for key, _ in items[p]}
     start = _Tiers({}, {}, {}, {})
