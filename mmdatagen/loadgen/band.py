@@ -838,17 +838,10 @@ class _TierStepper(_LruStepper):
 
     def settle(self, state: Hashable, first: int) -> Hashable:
         assert isinstance(state, tuple)
-        return settled_tiers(state, self.last, first)
-
-
-def settled_tiers(state: tuple, last: dict[Hashable, int], first: int) -> tuple:
-    """The state (``entries``) of a ``FreeableCache`` or ``TieredCache`` with its freeable list
-    and the connector's LRU reduced as an LRU's is (``_anonymous_runs``: entries no event from
-    ``first`` on looks up); pinned entries and held keys as they are."""
-    if len(state) == 2:  # a TieredCache: (front, back)
-        return settled_tiers(state[0], last, first), _anonymous_runs(state[1], last, first)
-    freeable, pinned, held = state
-    return _anonymous_runs(freeable, last, first), pinned, held
+        if len(state) == 2:  # a TieredCache: (front, back)
+            return self.settle(state[0], first), _anonymous_runs(state[1], self.last, first)
+        freeable, pinned, held = state
+        return _anonymous_runs(freeable, self.last, first), pinned, held
 
 
 def _stepper(ev: Sequence[Event], items: Sequence[Sequence[tuple[Hashable, int]]],

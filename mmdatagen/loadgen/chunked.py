@@ -15,10 +15,11 @@ So a group's events are: its first request's items looked up in order with one o
 among them (the first frees the previous group's items, each frees what the stream has passed:
 the first request's own items before it, or all but the one it cuts through), then the other
 members' items in order, which stay pinned until the next group's first cut. The search walks
-the groups, branching on the first member, the others' order and the cuts, and keeps one copy
-of equal states (the cache as the target's model left it, and the items still pinned), with
-the lowest and highest hits that reach it: exact over these orders, so the band holds the
-engine's order when its assumptions hold:
+the groups, branching on the first member, the others' order and the cuts, over the age
+search's states (``band._Tiers``: pinned items exact, freeable and connector entries by
+intervals of ages), one per pinned structure and ages, with the lowest and highest hits that
+reach it; past ``KEEP`` states per structure after a group they are joined (a bound from then
+on). The band holds the engine's order when its assumptions hold:
 
 - the groups are the engine's steps (first tokens within a step arrive together, steps apart);
 - no request waits for encoder-cache room or encoder budget while a later one goes ahead
@@ -87,9 +88,9 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
     States are the age search's (``band._Tiers``: pinned items exact, freeable and connector
     entries by intervals of ages), one per pinned structure and ages; past ``keep`` per
     structure after a group they are joined (a bound from then on: certain hits for the
-    lowest, possible ones for the highest). The items a cut frees are freed as one batch in
-    any order (each entry's age an interval over the orders), so a group's orders of members
-    end in few states."""
+    lowest, possible ones for the highest). A cut frees items in stream order: the previous
+    group's pinned ones under one name (``PASSED``) in the order they were looked up, then the
+    first member's."""
     if not ordered and any(len(members) > MAX_MEMBERS for members in groups):
         return None
     model, half = _TierModel(cache), gain.shape[0]
@@ -176,7 +177,8 @@ def _free(model: _TierModel, st: _Tiers, rids: Sequence[Hashable]) -> _Tiers:
 
 def _settled(st: _Tiers, last: dict[Hashable, int], first: int) -> _Tiers:
     """The state as the groups from ``first`` on need it: dead entries dropped, and every
-    pinned item held under one name (the next group's first cut frees them all at once)."""
+    pinned item held under one name in the order the stream looked them up (the next group's
+    first cut frees them all, in that order)."""
     order = [key for keys in st.held.values() for key in keys if key in st.pinned]
     n = _Tiers({key: (sz, frozenset([PASSED])) for key, (sz, _) in st.pinned.items()},
                {PASSED: tuple(order)} if order else {},

@@ -19,7 +19,9 @@ order the server's cache saw them:
   Exact at concurrency 1. With concurrent requests the prediction carries the order band
   (``loadgen/band.py``): the lowest and highest hits over every order first come, first served
   allows given the first tokens, and, beside it, over every order the send and first-byte times
-  allow whatever the scheduler.
+  allow whatever the scheduler. For vLLM's encoder cache (alone or in front of Dynamo's tier),
+  which frees each item at the end of the step whose prefill chunk passes it, the first-come
+  band is ``loadgen/chunked.py``'s (the prompts as one stream cut into steps).
 
 Against a real engine the cache model also fails where the engine's own bug does (vLLM 0.32's
 processor-cache mirror, ``caches.model``'s ``stale_fault``): such a request counts its lookups
