@@ -33,7 +33,7 @@ from PIL import Image
 from mmdatagen.caches import get_target, make_cache
 from mmdatagen.io.imageref import entry_size
 from mmdatagen.loadgen.band import SEARCH_BUDGET, fcfs_windows, order_band
-from mmdatagen.loadgen.chunked import CHUNKED_BUDGET, chunked_band
+from mmdatagen.loadgen.chunked import CHUNKED_BUDGET, chunked_band, steps
 from mmdatagen.vlm import get_model
 
 CAPACITY_GB, FRONT_TOKENS, BYTES_PER_TOKEN = 0.002, 3840, 256
@@ -171,7 +171,7 @@ def connector_band(items: list, send, first, end, budget: int):
     w = fcfs_windows(s, f, f, None, None)
     pos = np.argsort(w.lo, kind="stable")
     n = len(pos)
-    groups = [g.tolist() for g in np.split(np.arange(n), np.flatnonzero(np.diff(w.lo[pos])) + 1)]
+    groups = steps(w.lo[pos])
 
     def factory():
         return make_cache(target, capacity, front_tokens=FRONT_TOKENS,

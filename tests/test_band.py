@@ -388,7 +388,7 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered):
     prompts cut anywhere in its first one) holds the hits of the engine's true order, item by
     item, also with its states joined down to one per structure after each group, and with
     each group in arrival order (a server log's)."""
-    from mmdatagen.loadgen.chunked import chunked_band
+    from mmdatagen.loadgen.chunked import chunked_band, steps
 
     target = get_target(name)
     fw = _fcfs(run, later=False)
@@ -397,7 +397,7 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered):
         rank = {p: r for r, p in enumerate(run["arrival"])}
         pos = np.array(sorted(pos.tolist(), key=lambda p: (fw.lo[p], rank[p])), np.int64)
     lo = fw.lo[pos]
-    groups = [g.tolist() for g in np.split(np.arange(pos.size), np.flatnonzero(np.diff(lo)) + 1)]
+    groups = steps(lo)
     items, _ = items_of(target, run)
     got = chunked_band(groups, [items[p] for p in pos], np.ones((1, pos.size)),
                        factory(target, run["capacity"])(), budget=10**9, ordered=ordered,

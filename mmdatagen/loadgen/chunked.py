@@ -74,6 +74,12 @@ def _scripts(m: int, must_cut: bool) -> list[Script]:
     return list(dict.fromkeys(out))
 
 
+def steps(group: np.ndarray) -> list[list[int]]:
+    """The positions of each step: runs of equal first-token group (``group``, ascending:
+    ``band.fcfs_windows``' ``lo`` in the groups' order)."""
+    return [g.tolist() for g in np.split(np.arange(group.size), np.flatnonzero(np.diff(group)) + 1)]
+
+
 def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]],
                  gain: np.ndarray, cache: Any, budget: int = CHUNKED_BUDGET,
                  ordered: bool = False, spent: list[int] | None = None, keep: int = KEEP

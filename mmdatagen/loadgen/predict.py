@@ -56,7 +56,7 @@ from ..metrics import NONE, RecordTable
 from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
-from .chunked import chunked_band
+from .chunked import chunked_band, steps
 
 #: cache events in the server's order: their kinds (0: lookup, 1: later moment reached,
 #: 2: failed before it) and their requests (dispatch indices)
@@ -350,9 +350,8 @@ class ImageTracker:
         engine with chunked prefill (``loadgen.chunked``): ``group``, per request (in the
         groups' order), its first-token group; ``ordered``: the requests are in arrival order.
         None when the search ran out of budget."""
-        groups = np.split(np.arange(group.size), np.flatnonzero(np.diff(group)) + 1)
         items = [self.requests[i].items for i in idx.tolist()]
-        bounds = chunked_band([g.tolist() for g in groups], items, np.array(weights, np.float64),
+        bounds = chunked_band(steps(group), items, np.array(weights, np.float64),
                               self.new_cache(self.target.capacity(self.capacity)),
                               ordered=ordered)
         if bounds is None:
