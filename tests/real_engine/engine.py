@@ -351,3 +351,13 @@ def prediction_band(pred: dict) -> dict | None:
     whole = band.get("all_requests") or band
     return {"low": whole["low"], "high": whole["high"], "method": band.get("method"),
             "measured_inside": band.get("measured_inside")}
+
+
+def any_order_band(pred: dict) -> dict:
+    """The export's band over every order the send and first-byte times allow, whatever the
+    scheduler. Beside a first-come-first-served band it is ``band.any_order``; where the
+    first-come search gave up (or had no first tokens, or no two windows overlap) the reported
+    band is itself that band. Not for a band ordered by the server's log."""
+    band = pred["band"]
+    assert not str(band.get("order", "")).startswith("the server's log order"), band
+    return band.get("any_order", band)

@@ -26,7 +26,7 @@ import orjson
 import pytest
 
 from .conftest import ARTIFACTS
-from .engine import RESULTS, SERVER, read_run
+from .engine import RESULTS, SERVER, any_order_band, read_run
 from .reference import GIB, processor_hits, requests_in_dispatch_order
 from .test_vllm_conformance import cache_target_flags, mmdatagen
 
@@ -78,7 +78,7 @@ def test_measured_inside_band(vllm_server, tiny_model, tmp_path, name, generator
     first_token = {r["metadata"]["x_request_id"]: r["metadata"]["first_token_ns"] for r in records}
     token_order = sum(processor_hits([by_xid[x] for x in sorted(by_xid, key=first_token.get)],
                                      capacity))
-    anyb = band["any_order"]
+    anyb = any_order_band(pred)
     RESULTS.append({
         "workload": name, "concurrency": 8, "processor_cache_bytes": int(capacity),
         "references": measured["queries"], "reference_hits": send_order,

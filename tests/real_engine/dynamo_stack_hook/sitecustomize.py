@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
+import importlib.machinery
 import json
 import os
-import importlib.machinery
 import sys
 
 TARGET = "dynamo.vllm.multimodal_utils.multimodal_embedding_cache_connector"
@@ -41,7 +41,7 @@ _trace_file = None
 def _trace(kind: str, request, index: int, **more) -> None:  # type: ignore[no-untyped-def]
     global _trace_file
     if _trace_file is None:
-        _trace_file = open(TRACE, "a", buffering=1)  # noqa: SIM115 (the process's lifetime)
+        _trace_file = open(TRACE, "a", buffering=1)
     feature = request.mm_features[index]
     _trace_file.write(json.dumps({
         "kind": kind, "request": request.request_id, "index": index,
