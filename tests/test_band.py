@@ -12,6 +12,7 @@ draws of more than ``MAX_ORDERS`` orders.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
@@ -382,13 +383,14 @@ def test_fcfs_windows_hold_the_engines_order(run):
 
 @settings(max_examples=300, deadline=None)
 @given(run=fcfs_runs(failures=False), name=st.sampled_from(TIER_TARGETS),
-       keep=st.sampled_from([1, 8]), ordered=st.booleans())
-def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered):
+       keep=st.sampled_from([1, 8]), ordered=st.booleans(), sets=st.booleans())
+def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered, sets):
     """The chunked band (``loadgen.chunked``: the first-token groups as steps, each step's
     prompts cut anywhere in its first one) holds the hits of the engine's true order, item by
-    item, also with its states joined down to one per structure after each group, and with
-    each group in arrival order (a server log's)."""
-    from mmdatagen.loadgen.chunked import chunked_band, steps
+    item, also with its states joined down to one per structure after each group, with each
+    group in arrival order (a server log's), and with every group searched by sets (its
+    items released in any order), as groups of over ``MAX_MEMBERS`` are."""
+    from mmdatagen.loadgen.chunked import MAX_MEMBERS, chunked_band, steps
 
     target = get_target(name)
     fw = _fcfs(run, later=False)
@@ -401,11 +403,56 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered):
     items, _ = items_of(target, run)
     got = chunked_band(groups, [items[p] for p in pos], np.ones((1, pos.size)),
                        factory(target, run["capacity"])(), budget=10**9, ordered=ordered,
-                       keep=keep)
+                       keep=keep, by_orders=0 if sets else MAX_MEMBERS)
     assert got is not None
     (low, high), = got[0]
     truth = true_hits(target, run)
     assert low <= truth <= high, (got, truth)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), name=st.sampled_from(TIER_TARGETS), capacity=st.integers(1, 7))
+def test_chunked_band_by_sets_holds_the_band_by_orders(data, name, capacity):
+    """A group searched by sets (its items released in any order at the next group's first
+    cut) is a bound: it holds the band over every order of its members."""
+    from mmdatagen.loadgen.chunked import chunked_band
+
+    n = data.draw(st.integers(3, 7))
+    pool = data.draw(st.integers(2, 5))
+    sizes = data.draw(st.lists(st.sampled_from([1, 2, 3]), min_size=pool, max_size=pool))
+    keys = [data.draw(st.lists(st.integers(0, pool - 1), max_size=2)) for _ in range(n)]
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=2))))
+    groups = [list(range(a, b)) for a, b in zip([0, *cuts], [*cuts, n])]
+    target = get_target(name)
+    items, _ = items_of(target, {"keys": keys, "sizes": sizes})
+    bands = [chunked_band(groups, items, np.ones((1, n)), factory(target, capacity)(),
+                          budget=10**9, keep=10**6, by_orders=by) for by in (n, 0)]
+    assert bands[0] is not None and bands[1] is not None
+    ((low, high),), exact = bands[0]
+    ((set_low, set_high),), _ = bands[1]
+    assert exact and set_low <= low <= high <= set_high, (bands, groups, items)
+
+
+@pytest.mark.parametrize("name,capacity,groups,items", [
+    # the batch's items all as if released last would keep one that the true order evicts
+    ("vllm-encoder", 7, [[0, 1, 2, 3], [4], [5]],
+     [[], [], [(2, 3), (0, 1)], [(2, 3), (3, 3)], [(1, 2), (2, 3)], [(3, 3)]]),
+    # all as if released first would evict one that the true order keeps
+    ("dynamo-embedding", 6, [[0, 1, 2, 3, 4], [5, 6]],
+     [[], [], [(4, 2)], [(0, 3), (3, 1)], [(4, 2), (0, 3)], [(0, 3), (2, 2)], [(2, 2), (3, 1)]]),
+])
+def test_a_batch_release_spans_every_place(name, capacity, groups, items):
+    """Found by a search: a batch released in any order gives each item the ages of every place
+    in that release, from last to first; either end alone drops an order (checked)."""
+    from mmdatagen.loadgen.chunked import chunked_band
+
+    target, n = get_target(name), len(items)
+    bands = [chunked_band(groups, items, np.ones((1, n)), factory(target, capacity)(),
+                          budget=10**9, keep=10**6, by_orders=by) for by in (n, 0)]
+    assert bands[0] is not None and bands[1] is not None
+    ((low, high),), exact = bands[0]
+    ((set_low, set_high),), _ = bands[1]
+    assert exact and set_low <= low <= high <= set_high, bands
 
 
 def test_chunked_scripts_are_the_distinct_cuts():

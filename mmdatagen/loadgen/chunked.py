@@ -28,7 +28,13 @@ on). The band holds the engine's order when its assumptions hold:
 - every request was scheduled (it has a first token).
 
 Each item is a request of its own in the cache model (``(position, index)``), so freeing one
-leaves the request's others pinned."""
+leaves the request's others pinned.
+
+A group of over ``MAX_MEMBERS`` requests in no known order (up to ``MAX_SET_MEMBERS``) is searched
+by sets instead of orders: after its first member, states are kept per set of members done
+(equal states of one set reached in different orders are one), and its pinned items are held
+as one unordered batch (``BATCH``), which the next group's first cut releases in any order:
+each freed item's age then spans every place in that release. A bound from then on."""
 from __future__ import annotations
 
 import itertools
@@ -41,13 +47,17 @@ from .band import TIER_STATES, _tier_trim, _TierModel, _Tiers, _widen
 
 Item = tuple[Hashable, int]
 CHUNKED_BUDGET = 16_000_000  # work units (5-20 s here) before the search gives up
-MAX_MEMBERS = 6  # a larger group (its orders: members x (members - 1)!): the search gives up
+MAX_MEMBERS = 4  # a larger group (its orders: members x (members - 1)!) is searched by sets
+MAX_SET_MEMBERS = 8  # a larger group in no known order (its sets: 2 ** members): it gives up
+SET_KEEP = 2  # states per set of members done and pinned structure before they are joined
+SET_COST = 2  # work units per outcome and entry searched by sets (each keyed, then joined)
 KEEP = TIER_STATES  # states per pinned structure after a group before they are joined
 # a cut: free every pinned item but the first member's own from this index on
 Script = tuple[tuple[str, int], ...]
 # pinned structure -> ages -> (state, lowest per weight..., highest per weight...)
 Layer = dict[Hashable, dict[Hashable, tuple[_Tiers, tuple[float, ...]]]]
 PASSED = "passed"  # the name of a pinned item between groups (freed at the next group's first cut)
+BATCH = "batch"  # the same, for the items of a group searched by sets: released in any order
 
 
 def _scripts(m: int, must_cut: bool) -> list[Script]:
@@ -82,14 +92,15 @@ def steps(group: np.ndarray) -> list[list[int]]:
 
 def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]],
                  gain: np.ndarray, cache: Any, budget: int = CHUNKED_BUDGET,
-                 ordered: bool = False, spent: list[int] | None = None, keep: int = KEEP
-                 ) -> tuple[list[tuple[int, int]], bool] | None:
+                 ordered: bool = False, spent: list[int] | None = None, keep: int = KEEP,
+                 by_orders: int = MAX_MEMBERS) -> tuple[list[tuple[int, int]], bool] | None:
     """Lowest and highest hits (``gain[w, p]``: a hit of request ``p``'s worth under weight
     vector ``w``) over the engine's orders above, and whether the band is exact; ``groups``:
     the requests (positions) of each step, in step order (``ordered``: each in arrival order,
     as a server log gives it); ``cache``: the target's empty cache (its capacities). None past
     ``budget`` units of work (the work done goes into ``spent``), or at once for a group of
-    over ``MAX_MEMBERS`` requests in no known order.
+    over ``MAX_SET_MEMBERS`` requests in no known order. A group of over ``by_orders`` in no
+    known order is searched by sets (``_group_sets``; a bound).
 
     States are the age search's (``band._Tiers``: pinned items exact, freeable and connector
     entries by intervals of ages), one per pinned structure and ages; past ``keep`` per
@@ -97,7 +108,7 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
     lowest, possible ones for the highest). A cut frees items in stream order: the previous
     group's pinned ones under one name (``PASSED``) in the order they were looked up, then the
     first member's."""
-    if not ordered and any(len(members) > MAX_MEMBERS for members in groups):
+    if not ordered and any(len(members) > MAX_SET_MEMBERS for members in groups):
         return None
     model, half = _TierModel(cache), gain.shape[0]
     last = {key: g for g, members in enumerate(groups) for p in members for key, _ in items[p]}
@@ -107,12 +118,15 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
     try:
         for g, members in enumerate(groups):
             nxt: Layer = {}
+            sets = not ordered and len(members) > by_orders
             for states in layer.values():
                 for st, val in states.values():
-                    if not _group(model, st, val, g, members, items, gain, last, ordered, nxt,
-                                  work, budget):
+                    if not (_group_sets(model, st, val, g, members, items, gain, last, nxt,
+                                        work, budget, keep) if sets else
+                            _group(model, st, val, g, members, items, gain, last, ordered,
+                                   nxt, work, budget)):
                         return None
-            joined |= _tier_trim({(0, frozenset()): nxt}, keep)
+            joined |= _tier_trim({(0, frozenset()): nxt}, keep) or sets
             layer = nxt
     finally:
         if spent is not None:
@@ -149,6 +163,46 @@ def _group(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
     return True
 
 
+def _group_sets(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
+                members: Sequence[int], items: Sequence[Sequence[Item]], gain: np.ndarray,
+                last: dict[Hashable, int], into: Layer, work: list[int], budget: int,
+                keep: int) -> bool:
+    """Group ``g`` as ``_group`` searches it, by sets: after the first member (each, with its
+    cuts), the states of each set of members done, those of one pinned structure joined past
+    ``keep`` (the order of its lookups is forgotten: the group's pinned items go on as
+    ``BATCH``); False past ``budget``."""
+    half = gain.shape[0]
+    cost = SET_COST * (1 + len(st.pinned) + len(st.free) + len(st.back))
+    level: dict[frozenset, Layer] = {}
+    for head in members:
+        for script in _scripts(len(items[head]), must_cut=g > 0):
+            firsts = _head_part(model, st, head, script, items)
+            work[0] += len(firsts) * cost
+            for n, lo, hi in firsts:
+                _merge(level.setdefault(frozenset([head]), {}), n, val, lo, hi, gain, half)
+    for _ in range(len(members) - 1):
+        _tier_trim(level, min(keep, SET_KEEP))  # type: ignore[arg-type]
+        nxt: dict[frozenset, Layer] = {}
+        for done, structures in level.items():
+            for cur, v in (sv for states in structures.values() for sv in states.values()):
+                for p in members:
+                    if p in done:
+                        continue
+                    outs: list = [(cur, {}, {})]
+                    for k in range(len(items[p])):
+                        outs = _look(model, outs, p, k, items)
+                        work[0] += len(outs) * cost
+                    for n, lo, hi in outs:
+                        _merge(nxt.setdefault(done | {p}, {}), n, v, lo, hi, gain, half)
+            if work[0] > budget:
+                return False
+        level = nxt
+    for structures in level.values():
+        for n, v in (sv for states in structures.values() for sv in states.values()):
+            _merge(into, _settled(n, last, g + 1, batch=True), v, {}, {}, gain, half)
+    return True
+
+
 def _look(model: _TierModel, outs: list, p: int, k: int, items: Sequence[Sequence[Item]]
           ) -> list:
     """Item ``k`` of request ``p`` looked up after each outcome (its own request: ``(p, k)``);
@@ -177,24 +231,48 @@ def _head_part(model: _TierModel, st: _Tiers, head: int, script: Script,
 def _free(model: _TierModel, st: _Tiers, rids: Sequence[Hashable]) -> _Tiers:
     """The items of ``rids`` freed at one cut, in stream order (``rids`` in it)."""
     for rid in rids:
-        st = model.release(st, rid)
+        st = _release_batch(st) if rid == BATCH else model.release(st, rid)
     return st
 
 
-def _settled(st: _Tiers, last: dict[Hashable, int], first: int) -> _Tiers:
+def _release_batch(st: _Tiers) -> _Tiers:
+    """The ``BATCH`` items released in any order: an item no one else pins becomes freeable
+    with an age from its place as the last of them released (its size plus what stays
+    pinned) to the first (plus the others released)."""
+    n = st.copy()
+    gone = []
+    for key in n.held.pop(BATCH, ()):
+        size, users = n.pinned[key]
+        if users - {BATCH}:
+            n.pinned[key] = (size, users - {BATCH})
+        else:
+            del n.pinned[key]
+            gone.append((key, size))
+    stay = sum(sz for sz, _ in n.pinned.values())
+    released = sum(sz for _, sz in gone)
+    n.free = {**n.free, **{key: (sz, sz + stay, stay + released) for key, sz in gone}}
+    return n
+
+
+def _settled(st: _Tiers, last: dict[Hashable, int], first: int, batch: bool = False
+             ) -> _Tiers:
     """The state as the groups from ``first`` on need it: dead entries dropped, and every
     pinned item held under one name in the order the stream looked them up (the next group's
-    first cut frees them all, in that order)."""
+    first cut frees them all, in that order); ``batch``: in no order (``BATCH``)."""
     order = [key for keys in st.held.values() for key in keys if key in st.pinned]
-    n = _Tiers({key: (sz, frozenset([PASSED])) for key, (sz, _) in st.pinned.items()},
-               {PASSED: tuple(order)} if order else {},
+    name = BATCH if batch else PASSED
+    if batch:
+        order = sorted(set(order), key=repr)
+    n = _Tiers({key: (sz, frozenset([name])) for key, (sz, _) in st.pinned.items()},
+               {name: tuple(order)} if order else {},
                {k: v for k, v in st.free.items() if last.get(k, -1) >= first},
                {k: v for k, v in st.back.items() if last.get(k, -1) >= first})
     return n
 
 
-def _merge(into: dict, st: _Tiers, val: tuple[float, ...], lo: dict[int, float],
-           hi: dict[int, float], gain: np.ndarray, half: int) -> None:
+def _plus(val: tuple[float, ...], lo: dict[int, float], hi: dict[int, float],
+          gain: np.ndarray, half: int) -> tuple[float, ...]:
+    """``val`` (lowest per weight, then highest) plus the hits per request ``lo`` / ``hi``."""
     low = list(val[:half])
     high = list(val[half:])
     for p, n in lo.items():
@@ -203,7 +281,12 @@ def _merge(into: dict, st: _Tiers, val: tuple[float, ...], lo: dict[int, float],
     for p, n in hi.items():
         for w in range(half):
             high[w] += n * float(gain[w, p])
-    new = tuple(low) + tuple(high)
+    return tuple(low) + tuple(high)
+
+
+def _merge(into: dict, st: _Tiers, val: tuple[float, ...], lo: dict[int, float],
+           hi: dict[int, float], gain: np.ndarray, half: int) -> None:
+    new = _plus(val, lo, hi, gain, half)
     states = into.setdefault(st.structure(), {})
     key = st.ages()
     cur = states.get(key)

@@ -56,7 +56,7 @@ from ..metrics import NONE, RecordTable
 from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
-from .chunked import chunked_band, steps
+from .chunked import MAX_SET_MEMBERS, chunked_band, steps
 
 #: cache events in the server's order: their kinds (0: lookup, 1: later moment reached,
 #: 2: failed before it) and their requests (dispatch indices)
@@ -323,7 +323,8 @@ class ImageTracker:
                               [wt[pos] for wt in weights], [fail[p] for p in pos])
         if fcfs is None:  # the chunked search gave up: the band over any order answers
             return self._any_order(idx, s, f, any_fin, weights, fail, "the chunked search "
-                                   "ran out of budget")
+                                   "gave up: past its work budget, or a step of over "
+                                   f"{MAX_SET_MEMBERS} requests")
         fcfs["order"] = (f"first come, first served: lookups in first-token order, first tokens "
                          f"within {w.tie_ns / 1e6:.3g} ms of each other (one engine step) in either "
                          "order" + (
@@ -349,7 +350,7 @@ class ImageTracker:
         """The band of vLLM's encoder cache over the orders of a first-come-first-served
         engine with chunked prefill (``loadgen.chunked``): ``group``, per request (in the
         groups' order), its first-token group; ``ordered``: the requests are in arrival order.
-        None when the search ran out of budget."""
+        None when the search gave up (``chunked_band``)."""
         items = [self.requests[i].items for i in idx.tolist()]
         bounds = chunked_band(steps(group), items, np.array(weights, np.float64),
                               self.new_cache(self.target.capacity(self.capacity)),
