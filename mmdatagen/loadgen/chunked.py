@@ -270,9 +270,8 @@ def _settled(st: _Tiers, last: dict[Hashable, int], first: int, batch: bool = Fa
     return n
 
 
-def _plus(val: tuple[float, ...], lo: dict[int, float], hi: dict[int, float],
-          gain: np.ndarray, half: int) -> tuple[float, ...]:
-    """``val`` (lowest per weight, then highest) plus the hits per request ``lo`` / ``hi``."""
+def _merge(into: dict, st: _Tiers, val: tuple[float, ...], lo: dict[int, float],
+           hi: dict[int, float], gain: np.ndarray, half: int) -> None:
     low = list(val[:half])
     high = list(val[half:])
     for p, n in lo.items():
@@ -281,12 +280,7 @@ def _plus(val: tuple[float, ...], lo: dict[int, float], hi: dict[int, float],
     for p, n in hi.items():
         for w in range(half):
             high[w] += n * float(gain[w, p])
-    return tuple(low) + tuple(high)
-
-
-def _merge(into: dict, st: _Tiers, val: tuple[float, ...], lo: dict[int, float],
-           hi: dict[int, float], gain: np.ndarray, half: int) -> None:
-    new = _plus(val, lo, hi, gain, half)
+    new = tuple(low) + tuple(high)
     states = into.setdefault(st.structure(), {})
     key = st.ages()
     cur = states.get(key)
