@@ -389,8 +389,8 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered, sets):
     prompts cut anywhere in its first one) holds the hits of the engine's true order, item by
     item, also with its states joined down to one per structure after each group, with each
     group in arrival order (a server log's), and with every group searched by sets (its
-    items released in any order), as groups of over ``MAX_MEMBERS`` are."""
-    from mmdatagen.loadgen.chunked import MAX_MEMBERS, chunked_band, steps
+    items released in any order), as groups of over ``MAX_ORDERS`` sequences are."""
+    from mmdatagen.loadgen.chunked import MAX_ORDERS, chunked_band, steps
 
     target = get_target(name)
     fw = _fcfs(run, later=False)
@@ -403,7 +403,7 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered, sets):
     items, _ = items_of(target, run)
     got = chunked_band(groups, [items[p] for p in pos], np.ones((1, pos.size)),
                        factory(target, run["capacity"])(), budget=10**9, ordered=ordered,
-                       keep=keep, by_orders=0 if sets else MAX_MEMBERS)
+                       keep=keep, by_orders=0 if sets else MAX_ORDERS)
     assert got is not None
     (low, high), = got[0]
     truth = true_hits(target, run)
@@ -426,7 +426,7 @@ def test_chunked_band_by_sets_holds_the_band_by_orders(data, name, capacity):
     target = get_target(name)
     items, _ = items_of(target, {"keys": keys, "sizes": sizes})
     bands = [chunked_band(groups, items, np.ones((1, n)), factory(target, capacity)(),
-                          budget=10**9, keep=10**6, by_orders=by) for by in (n, 0)]
+                          budget=10**9, keep=10**6, by_orders=by) for by in (10**9, 0)]
     assert bands[0] is not None and bands[1] is not None
     ((low, high),), exact = bands[0]
     ((set_low, set_high),), _ = bands[1]
@@ -448,7 +448,7 @@ def test_a_batch_release_spans_every_place(name, capacity, groups, items):
 
     target, n = get_target(name), len(items)
     bands = [chunked_band(groups, items, np.ones((1, n)), factory(target, capacity)(),
-                          budget=10**9, keep=10**6, by_orders=by) for by in (n, 0)]
+                          budget=10**9, keep=10**6, by_orders=by) for by in (10**9, 0)]
     assert bands[0] is not None and bands[1] is not None
     ((low, high),), exact = bands[0]
     ((set_low, set_high),), _ = bands[1]

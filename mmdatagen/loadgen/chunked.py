@@ -30,14 +30,16 @@ on). The band holds the engine's order when its assumptions hold:
 Each item is a request of its own in the cache model (``(position, index)``), so freeing one
 leaves the request's others pinned.
 
-A group of over ``MAX_MEMBERS`` requests in no known order (up to ``MAX_SET_MEMBERS``) is searched
-by sets instead of orders: after its first member, states are kept per set of members done
+A group in no known order with over ``MAX_ORDERS`` sequences to walk (each first member with each
+arrangement of its cuts, then each order of the others) is searched by sets instead, up to
+``MAX_SET_MEMBERS`` requests: after its first member, states are kept per set of members done
 (equal states of one set reached in different orders are one), and its pinned items are held
 as one unordered batch (``BATCH``), which the next group's first cut releases in any order:
 each freed item's age then spans every place in that release. A bound from then on."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -47,7 +49,7 @@ from .band import TIER_STATES, _tier_trim, _TierModel, _Tiers, _widen
 
 Item = tuple[Hashable, int]
 CHUNKED_BUDGET = 16_000_000  # work units (5-20 s here) before the search gives up
-MAX_MEMBERS = 4  # a larger group (its orders: members x (members - 1)!) is searched by sets
+MAX_ORDERS = 300  # a group with more (first member and cuts, then the others' order) goes by sets
 MAX_SET_MEMBERS = 8  # a larger group in no known order (its sets: 2 ** members): it gives up
 SET_KEEP = 2  # states per set of members done and pinned structure before they are joined
 SET_COST = 2  # work units per outcome and entry searched by sets (each keyed, then joined)
@@ -93,14 +95,14 @@ def steps(group: np.ndarray) -> list[list[int]]:
 def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]],
                  gain: np.ndarray, cache: Any, budget: int = CHUNKED_BUDGET,
                  ordered: bool = False, spent: list[int] | None = None, keep: int = KEEP,
-                 by_orders: int = MAX_MEMBERS) -> tuple[list[tuple[int, int]], bool] | None:
+                 by_orders: int = MAX_ORDERS) -> tuple[list[tuple[int, int]], bool] | None:
     """Lowest and highest hits (``gain[w, p]``: a hit of request ``p``'s worth under weight
     vector ``w``) over the engine's orders above, and whether the band is exact; ``groups``:
     the requests (positions) of each step, in step order (``ordered``: each in arrival order,
     as a server log gives it); ``cache``: the target's empty cache (its capacities). None past
     ``budget`` units of work (the work done goes into ``spent``), or at once for a group of
-    over ``MAX_SET_MEMBERS`` requests in no known order. A group of over ``by_orders`` in no
-    known order is searched by sets (``_group_sets``; a bound).
+    over ``MAX_SET_MEMBERS`` requests in no known order. A group in no known order with over
+    ``by_orders`` sequences (``_sequences``) is searched by sets (``_group_sets``; a bound).
 
     States are the age search's (``band._Tiers``: pinned items exact, freeable and connector
     entries by intervals of ages), one per pinned structure and ages; past ``keep`` per
@@ -118,7 +120,7 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
     try:
         for g, members in enumerate(groups):
             nxt: Layer = {}
-            sets = not ordered and len(members) > by_orders
+            sets = not ordered and _sequences(members, items) > by_orders
             for states in layer.values():
                 for st, val in states.values():
                     if not (_group_sets(model, st, val, g, members, items, gain, last, nxt,
@@ -161,6 +163,13 @@ def _group(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
                 if work[0] > budget:
                     return False
     return True
+
+
+def _sequences(members: Sequence[int], items: Sequence[Sequence[Item]]) -> int:
+    """The sequences ``_group`` walks for a group in no known order past the first: each first
+    member with each arrangement of its cuts, then each order of the others."""
+    others = math.factorial(len(members) - 1)
+    return sum(len(_scripts(len(items[p]), must_cut=True)) for p in members) * others
 
 
 def _group_sets(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
