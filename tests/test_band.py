@@ -16,10 +16,17 @@ import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from mmdatagen.caches import get_target, make_cache
 import mmdatagen.loadgen.band as band_module
-from mmdatagen.loadgen.band import (METHODS, SEARCH_BUDGET, RangeSums, _events, coarse_band,
-                                    known_order, order_band)
+from mmdatagen.caches import get_target, make_cache
+from mmdatagen.loadgen.band import (
+    METHODS,
+    SEARCH_BUDGET,
+    RangeSums,
+    _events,
+    coarse_band,
+    known_order,
+    order_band,
+)
 
 STACK_TARGETS = ("vllm-processor", "sglang-vlm")
 ALL_TARGETS = ("vllm-processor", "sglang-vlm", "vllm-processor-shm", "vllm-encoder",
@@ -411,26 +418,20 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered, sets):
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), name=st.sampled_from(TIER_TARGETS), capacity=st.integers(1, 7))
-def test_chunked_band_by_sets_holds_the_band_by_orders(data, name, capacity):
+@given(data=st.data(), name=st.sampled_from(TIER_TARGETS), capacity=st.integers(1, 7),
+       joined=st.booleans())
+def test_chunked_band_by_sets_holds_the_band_by_orders(data, name, capacity, joined):
     """A group searched by sets (its items released in any order at the next group's first
-    cut) is a bound: it holds the band over every order of its members."""
-    from mmdatagen.loadgen.chunked import chunked_band
-
+    cut) is a bound: it holds the band over every order of its members, with the states of
+    a set joined past ``SET_KEEP`` or never."""
     n = data.draw(st.integers(3, 7))
     pool = data.draw(st.integers(2, 5))
     sizes = data.draw(st.lists(st.sampled_from([1, 2, 3]), min_size=pool, max_size=pool))
     keys = [data.draw(st.lists(st.integers(0, pool - 1), max_size=2)) for _ in range(n)]
     cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=2))))
     groups = [list(range(a, b)) for a, b in zip([0, *cuts], [*cuts, n])]
-    target = get_target(name)
-    items, _ = items_of(target, {"keys": keys, "sizes": sizes})
-    bands = [chunked_band(groups, items, np.ones((1, n)), factory(target, capacity)(),
-                          budget=10**9, keep=10**6, by_orders=by) for by in (10**9, 0)]
-    assert bands[0] is not None and bands[1] is not None
-    ((low, high),), exact = bands[0]
-    ((set_low, set_high),), _ = bands[1]
-    assert exact and set_low <= low <= high <= set_high, (bands, groups, items)
+    items, _ = items_of(get_target(name), {"keys": keys, "sizes": sizes})
+    _sets_hold_orders(name, capacity, groups, items, joined)
 
 
 @pytest.mark.parametrize("name,capacity,groups,items", [
@@ -443,16 +444,28 @@ def test_chunked_band_by_sets_holds_the_band_by_orders(data, name, capacity):
 ])
 def test_a_batch_release_spans_every_place(name, capacity, groups, items):
     """Found by a search: a batch released in any order gives each item the ages of every place
-    in that release, from last to first; either end alone drops an order (checked)."""
-    from mmdatagen.loadgen.chunked import chunked_band
+    in that release, from last to first; either end alone drops an order (checked), with no
+    states joined inside a group (joins widen the band past what would show it)."""
+    _sets_hold_orders(name, capacity, groups, items, joined=False)
+
+
+def _sets_hold_orders(name: str, capacity: int, groups: list, items: list,
+                      joined: bool) -> None:
+    """The chunked band with every group searched by sets (``joined``: its states joined past
+    ``SET_KEEP``, else never) holds the exact one by orders."""
+    from unittest import mock
+
+    from mmdatagen.loadgen import chunked
 
     target, n = get_target(name), len(items)
-    bands = [chunked_band(groups, items, np.ones((1, n)), factory(target, capacity)(),
-                          budget=10**9, keep=10**6, by_orders=by) for by in (10**9, 0)]
+    with mock.patch.object(chunked, "SET_KEEP", chunked.SET_KEEP if joined else 10**6):
+        bands = [chunked.chunked_band(groups, items, np.ones((1, n)),
+                                      factory(target, capacity)(), budget=10**9, keep=10**6,
+                                      by_orders=by) for by in (10**9, 0)]
     assert bands[0] is not None and bands[1] is not None
     ((low, high),), exact = bands[0]
     ((set_low, set_high),), _ = bands[1]
-    assert exact and set_low <= low <= high <= set_high, bands
+    assert exact and set_low <= low <= high <= set_high, (bands, groups, items)
 
 
 def test_chunked_scripts_are_the_distinct_cuts():
