@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -121,19 +121,18 @@ def chunked_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[Item]
         for g, members in enumerate(groups):
             nxt: Layer = {}
             sets = not ordered and _sequences(members, items) > by_orders
-            for states in layer.values():
-                for st, val in states.values():
-                    if not (_group_sets(model, st, val, g, members, items, gain, last, nxt,
-                                        work, budget, keep) if sets else
-                            _group(model, st, val, g, members, items, gain, last, ordered,
-                                   nxt, work, budget)):
-                        return None
+            for st, val in _states(layer):
+                if not (_group_sets(model, st, val, g, members, items, gain, last, nxt, work,
+                                    budget, keep) if sets else
+                        _group(model, st, val, g, members, items, gain, last, ordered, nxt,
+                               work, budget)):
+                    return None
             joined |= _tier_trim({(0, frozenset()): nxt}, keep) or sets
             layer = nxt
     finally:
         if spent is not None:
             spent.append(work[0])
-    vals = [v for states in layer.values() for _, v in states.values()]
+    vals = [v for _, v in _states(layer)]
     return [(round(min(v[w] for v in vals)), round(max(v[half + w] for v in vals)))
             for w in range(half)], not joined
 
@@ -147,22 +146,44 @@ def _group(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
     (``work[0]``: the work so far)."""
     half = gain.shape[0]
     cost = 1 + len(st.free) + len(st.back)
-    for head in members[:1] if ordered else members:
+    for head, firsts in _heads(model, st, g, members[:1] if ordered else members, items,
+                               work, cost):
         rest = [p for p in members if p != head]
+        for order in [rest] if ordered else itertools.permutations(rest):
+            outs = firsts
+            for p in order:
+                outs = _request(model, outs, p, items, work, cost)
+            for n, lo, hi in outs:
+                _merge(into, _settled(n, last, g + 1), val, lo, hi, gain, half)
+            if work[0] > budget:
+                return False
+    return True
+
+
+def _heads(model: _TierModel, st: _Tiers, g: int, heads: Sequence[int],
+           items: Sequence[Sequence[Item]], work: list[int], cost: int) -> Iterator[tuple]:
+    """Each of ``heads`` as group ``g``'s first member with each arrangement of its cuts, from
+    ``st``: (head, its outcomes)."""
+    for head in heads:
         for script in _scripts(len(items[head]), must_cut=g > 0):
             firsts = _head_part(model, st, head, script, items)
             work[0] += len(firsts) * cost
-            for order in [rest] if ordered else itertools.permutations(rest):
-                outs = firsts
-                for p in order:
-                    for k in range(len(items[p])):
-                        outs = _look(model, outs, p, k, items)
-                        work[0] += len(outs) * cost
-                for n, lo, hi in outs:
-                    _merge(into, _settled(n, last, g + 1), val, lo, hi, gain, half)
-                if work[0] > budget:
-                    return False
-    return True
+            yield head, firsts
+
+
+def _request(model: _TierModel, outs: list, p: int, items: Sequence[Sequence[Item]],
+             work: list[int], cost: int) -> list:
+    """Request ``p``'s items looked up in order after each outcome."""
+    for k in range(len(items[p])):
+        outs = _look(model, outs, p, k, items)
+        work[0] += len(outs) * cost
+    return outs
+
+
+def _states(layer: Layer) -> Iterator[tuple[_Tiers, tuple[float, ...]]]:
+    """Every (state, hits) of ``layer``."""
+    for states in layer.values():
+        yield from states.values()
 
 
 def _sequences(members: Sequence[int], items: Sequence[Sequence[Item]]) -> int:
@@ -183,31 +204,24 @@ def _group_sets(model: _TierModel, st: _Tiers, val: tuple[float, ...], g: int,
     half = gain.shape[0]
     cost = SET_COST * (1 + len(st.pinned) + len(st.free) + len(st.back))
     level: dict[frozenset, Layer] = {}
-    for head in members:
-        for script in _scripts(len(items[head]), must_cut=g > 0):
-            firsts = _head_part(model, st, head, script, items)
-            work[0] += len(firsts) * cost
-            for n, lo, hi in firsts:
-                _merge(level.setdefault(frozenset([head]), {}), n, val, lo, hi, gain, half)
+    for head, firsts in _heads(model, st, g, members, items, work, cost):
+        for n, lo, hi in firsts:
+            _merge(level.setdefault(frozenset([head]), {}), n, val, lo, hi, gain, half)
     for _ in range(len(members) - 1):
         _tier_trim(level, min(keep, SET_KEEP))  # type: ignore[arg-type]
         nxt: dict[frozenset, Layer] = {}
         for done, structures in level.items():
-            for cur, v in (sv for states in structures.values() for sv in states.values()):
+            for cur, v in _states(structures):
                 for p in members:
                     if p in done:
                         continue
-                    outs: list = [(cur, {}, {})]
-                    for k in range(len(items[p])):
-                        outs = _look(model, outs, p, k, items)
-                        work[0] += len(outs) * cost
-                    for n, lo, hi in outs:
+                    for n, lo, hi in _request(model, [(cur, {}, {})], p, items, work, cost):
                         _merge(nxt.setdefault(done | {p}, {}), n, v, lo, hi, gain, half)
             if work[0] > budget:
                 return False
         level = nxt
     for structures in level.values():
-        for n, v in (sv for states in structures.values() for sv in states.values()):
+        for n, v in _states(structures):
             _merge(into, _settled(n, last, g + 1, batch=True), v, {}, {}, gain, half)
     return True
 

@@ -33,7 +33,7 @@ The requests counted are those the engine processed (``outcomes.engine_processed
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,7 +314,7 @@ class ImageTracker:
                 f"{w.largest:,} first tokens within {w.tie_ns / 1e6:.3g} ms of each other: no "
                 "engine steps to order them"))
         pos = np.argsort(w.lo, kind="stable")
-        if self.target.releases and (t.first >= 0).all():
+        if self._frees_by_item(t):
             fcfs = self._chunked(idx[pos], w.lo[pos], [wt[pos] for wt in weights], False)
         else:
             fcfs = self._band(idx[pos], w.lo[pos], w.hi[pos],
@@ -357,10 +357,12 @@ class ImageTracker:
                               ordered=ordered)
         if bounds is None:
             return None
-        ((low, high), (low_all, high_all)), exact = bounds
-        return {"low": low, "high": high, "width": high - low,
-                "method": "chunked search" if exact else "chunked bound",
-                "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
+        return _band_out(bounds[0], "chunked search" if bounds[1] else "chunked bound")
+
+    def _frees_by_item(self, t: _Times) -> bool:
+        """The chunked band applies: the target frees item by item (``releases``) and every
+        request has a first token."""
+        return bool(self.target.releases and (t.first >= 0).all())
 
     def logged_band(self, idx: np.ndarray, place: np.ndarray, t: _Times,
                     weights: list[np.ndarray], fail: list[bool], exact: tuple[int, int]) -> dict:
@@ -372,7 +374,7 @@ class ImageTracker:
         if t.fin is None:
             return _known_band(exact, "the server's log order")
         pos = np.argsort(place, kind="stable")
-        if self.target.releases and (t.first >= 0).all():
+        if self._frees_by_item(t):
             # the log orders each step's requests; the steps' cuts are still open
             w = fcfs_windows(t.start[pos], t.first[pos], t.reply[pos], None, t.slack[pos])
             if np.all(np.diff(w.lo) >= 0):
@@ -400,9 +402,7 @@ class ImageTracker:
         res = order_band(self.target, [r.items for r in reqs], [r.images for r in reqs],
                          capacity, s, f, fin, weights, lambda: self.new_cache(capacity),
                          fail, budget=budget, fin_lo=fin_lo, after=after)
-        (low, high), (low_all, high_all) = res.bounds
-        return {"low": low, "high": high, "width": high - low, "method": res.method,
-                "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
+        return _band_out(res.bounds, res.method)
 
 
 class _Rows:
@@ -473,8 +473,14 @@ def _first_byte(rows: _Rows, idx: np.ndarray) -> np.ndarray:
 
 
 def _known_band(exact: tuple[int, int], how: str) -> dict:
-    return {"low": exact[0], "high": exact[0], "width": 0, "method": how,
-            "measured_inside": None, "all_requests": {"low": exact[1], "high": exact[1]}}
+    return _band_out([(exact[0], exact[0]), (exact[1], exact[1])], how)
+
+
+def _band_out(bounds: Sequence[tuple[int, int]], method: str) -> dict:
+    """The export's band from (low, high) over the profiling requests, then over all."""
+    (low, high), (low_all, high_all) = bounds
+    return {"low": low, "high": high, "width": high - low, "method": method,
+            "measured_inside": None, "all_requests": {"low": low_all, "high": high_all}}
 
 
 def _family(target: CacheTarget) -> str | None:
