@@ -743,7 +743,13 @@ def test_a_search_over_the_head_of_the_events_answers_as_over_all(w, name, budge
 def test_each_search_over_a_head_answers_and_spends_as_over_all(w, name, head, budget, search):
     """``_EventLists.run``: a search over the head that gives up there has the answer and the
     work of the search over every event; one that needs more is run over every event."""
-    from mmdatagen.loadgen.band import _event_columns, _EventLists, age_search, block_search
+    from mmdatagen.loadgen.band import (
+        _event_columns,
+        _EventLists,
+        _last_lookups,
+        age_search,
+        block_search,
+    )
     from mmdatagen.loadgen.band import exact_search as exact
 
     target = get_target(name)
@@ -751,20 +757,20 @@ def test_each_search_over_a_head_answers_and_spends_as_over_all(w, name, head, b
         return  # the block and age searches are vLLM's encoder cache's and Dynamo's
     items, _ = items_of(target, w)
     gain = np.asarray(w["w"], np.float64)[None, :]
-    cols = _event_columns(w["s"], w["f"], None if stack(target) else w["fin"])
+    args = (w["s"], w["f"], None if stack(target) else w["fin"], None)
     make = factory(target, w["capacity"])
-    last = _EventLists(cols).last_lookup(items)
-    run = {"exact": lambda ev, sp: exact(ev, items, gain, make, w["fail"], budget, sp, last),
-           "block": lambda ev, sp: block_search(ev, items, gain, make(), budget, sp, last),
-           "age": lambda ev, sp: age_search(ev, items, gain, make(), budget, spent=sp,
-                                            last=last)}[search]
+    run = {"exact": lambda ev, sp, last: exact(ev, items, gain, make, w["fail"], budget, sp,
+                                               last),
+           "block": lambda ev, sp, last: block_search(ev, items, gain, make(), budget, sp, last),
+           "age": lambda ev, sp, last: age_search(ev, items, gain, make(), budget, spent=sp,
+                                                  last=last)}[search]
     spent_all: list[int] = []
-    want = run(_events(w["s"], w["f"], None if stack(target) else w["fin"]), spent_all)
+    want = run(_events(*args), spent_all, _last_lookups(_event_columns(*args), items))
     saved = band_module.PROBE_EVENTS, band_module.PROBE_FROM
     band_module.PROBE_EVENTS, band_module.PROBE_FROM = head, 0
     try:
         spent: list[int] = []
-        assert _EventLists(cols).run(run, spent) == want
+        assert _EventLists(args, items).run(run, spent) == want
         assert spent == spent_all
     finally:
         band_module.PROBE_EVENTS, band_module.PROBE_FROM = saved
