@@ -32,6 +32,7 @@ from pathlib import Path
 MODEL = "Qwen/Qwen3-VL-30B-A3B-Instruct-FP8"
 #: the phases of a merge (function -> what it is), timed in the child
 PHASES = (("mmdatagen.loadgen.merge_runs", "", "_table", "read records"),
+          ("mmdatagen.loadgen.merge_runs", "", "_items", "read cache items"),
           ("mmdatagen.loadgen.merge_runs", "", "merged_prediction", "prediction (all)"),
           ("mmdatagen.metrics", "RecordTable", "records", "record objects"),
           ("mmdatagen.loadgen.predict", "ImageTracker", "events", "prediction events"),

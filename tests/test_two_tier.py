@@ -77,3 +77,46 @@ def test_a_single_lru_would_disagree():
     cache, _ = _replay(rows, tokens, budget=300, capacity=3 * 100 * BPT)
     c = cache.counters()
     assert (c["hits"], c["misses"], c["encoder_hits"]) == (0, 3, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), target=st.sampled_from(["dynamo-embedding", "dynamo-connector",
+                                               "vllm-encoder"]))
+def test_the_compiled_replay_equals_the_cache_model(data, target):
+    """``analysis.tiers.event_hits`` (the loader's replay of vLLM's encoder cache, alone or
+    before Dynamo's connector) gives every request the hits and lookups ``caches.model`` gives
+    it, over any order of lookups and releases (finished or failed), a request's repeated
+    items, entries that never fit, and requests never looked up."""
+    import numpy as np
+
+    from mmdatagen.caches.items import RequestItems
+    from mmdatagen.loadgen.predict import ImageTracker, RequestColumns, _Request
+    from mmdatagen.vlm import generic_model
+
+    n = data.draw(st.integers(1, 12))
+    size_of = data.draw(st.lists(st.integers(1, 9), min_size=6, max_size=6))
+    rows = [data.draw(st.lists(st.integers(0, 5), max_size=4)) for _ in range(n)]
+    bpt = data.draw(st.sampled_from([1, 2, 3]))
+    cache = get_target(target)
+    room = data.draw(st.integers(0, 30))  # bytes behind the front, or the front's tokens
+    tracker = ImageTracker(generic_model(1, bpt), cache,
+                           room / 2**30 if cache.unit == "GiB" else room, None,
+                           data.draw(st.integers(1, 12)))
+    assert tracker.target.capacity(tracker.capacity) == room
+    tracker.real_engine = data.draw(st.booleans())
+    looked = data.draw(st.permutations(range(n)))[:data.draw(st.integers(0, n))]
+    events: list[tuple[int, int]] = []
+    for r in looked:  # each lookup, its release (or none) anywhere after it
+        events.insert(data.draw(st.integers(0, len(events))), (0, r))
+        kind = data.draw(st.sampled_from([0, 1, 2]))
+        if kind:
+            at = events.index((0, r)) + 1
+            events.insert(data.draw(st.integers(at, len(events))), (kind, r))
+    ev = (np.array([k for k, _ in events], np.int64), np.array([r for _, r in events], np.int64))
+    tracker.requests = [_Request([(k, size_of[k]) for k in row], len(row)) for row in rows]
+    fast = tracker.replay(ev)
+    tracker.requests = RequestColumns.of(tracker.requests)
+    assert isinstance(tracker.requests.items, RequestItems)
+    tracker._compiled_tiers = lambda capacity: None  # the cache model, request by request
+    slow = tracker.replay(ev)
+    assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()

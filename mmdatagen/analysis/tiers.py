@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..caches.items import RequestItems
 from . import kernels as K
 from .trace import Trace
 
@@ -94,3 +95,28 @@ class Evictions:
         fit = sizes[self.order]
         fit = fit[fit <= capacity]
         return inserts - int(np.searchsorted(np.cumsum(fit), capacity, side="right"))
+
+
+def event_hits(items: RequestItems, kinds: np.ndarray, reqs: np.ndarray, front: Front,
+               capacity: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """``caches.model``'s two-tier cache (``capacity``: the connector's bytes; None: vLLM's
+    encoder cache alone, ``FreeableCache``, sizes in tokens with ``front.bytes_per_token`` 1)
+    replayed over cache events (``kinds[q]`` 0: request ``reqs[q]`` looks its items up; else:
+    its entries are released), compiled: per request, the hits and the lookups of the cache
+    the engine's counters report (the connector's, behind the front; else the front's)."""
+    from .lru import lru_hits
+
+    n, ids = len(items), items.key
+    sizes = np.zeros(items.num_keys, np.int64)
+    sizes[ids[::-1]] = items.size[::-1]  # a key's first size (an entry keeps it)
+    trace = Trace(ids, items.owner, n, np.zeros(sizes.size), np.zeros(sizes.size))
+    ev = np.where(kinds == 0, reqs, ~reqs).astype(np.int64)
+    served, _ = front_flags(trace, front.tokens(sizes), front.budget, ev)
+    refs = items.refs(reqs[kinds == 0])  # every lookup's items, in the events' order
+    owner = trace.ref_row
+    if capacity is None:
+        return (np.bincount(owner[refs[served[refs]]], minlength=n),
+                np.bincount(owner[refs], minlength=n))
+    back = refs[~served[refs]]
+    hit = lru_hits(ids[back], sizes[ids[back]], capacity, "bypass")
+    return np.bincount(owner[back[hit]], minlength=n), np.bincount(owner[back], minlength=n)

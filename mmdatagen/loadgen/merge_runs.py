@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ..caches.items import RequestItems
 from ..errors import DatasetError, SpecError, UserError
 from ..metrics import EXPORT_NAME, NONE, RECORDS_NAME, RecordTable
-from .predict import CACHE_ITEMS_NAME
+from .predict import CACHE_ITEMS_NAME, RequestColumns
 
 
 @dataclass
@@ -125,74 +126,113 @@ def _items_head(path: Path, line: bytes) -> dict:
     return head
 
 
-def _add_requests(path: Path, requests: list, lines: list[bytes], pairs: dict[tuple, tuple],
-                  timeline: dict[str, Any]) -> None:
-    """Append the requests of ``cache_items.jsonl`` lines (a cache item shared by many
-    requests is one tuple in ``pairs``), their server cache events to ``timeline``."""
-    from .predict import _Request
+@dataclass
+class _Items:
+    """One worker's ``cache_items.jsonl`` as columns: its header, its requests' items (key ids
+    local to it: ``names`` gives each id's key), their image counts, and the simulator's cache
+    events per X-Request-ID where it fetched them."""
 
+    head: dict
+    names: list
+    items: RequestItems
+    images: np.ndarray
+    timeline: dict[str, Any]
+
+
+def _items(w: Worker) -> _Items | None:
+    """A worker's cache items, or None without the file (a worker ran without a prediction)."""
+    path = w.path / CACHE_ITEMS_NAME
     try:
-        for line in lines:
-            d = orjson.loads(line)
-            items = [pairs.setdefault(t, t) for t in map(tuple, d["items"])]
-            requests.append(_Request(items, d["images"]))
-            if d.get("seqs") is not None and d.get("x_request_id"):
-                timeline[d["x_request_id"]] = d["seqs"]
-    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-        raise DatasetError(f"{path}: not a {CACHE_ITEMS_NAME} line ({exc})") from None
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    ids: dict[Any, int] = {}
+    key: list[int] = []
+    size: list[int] = []
+    count: list[int] = []
+    images: list[int] = []
+    timeline: dict[str, Any] = {}
+    with fh:
+        head = _items_head(path, fh.readline())
+        try:
+            while lines := fh.readlines(1 << 22):
+                for line in lines:
+                    d = orjson.loads(line)
+                    its = d["items"]
+                    count.append(len(its))
+                    for k, sz in its:
+                        key.append(ids.setdefault(k, len(ids)))
+                        size.append(sz)
+                    images.append(d["images"])
+                    if d.get("seqs") is not None and d.get("x_request_id"):
+                        timeline[d["x_request_id"]] = d["seqs"]
+            start = np.zeros(len(count) + 1, np.int64)
+            np.cumsum(count, out=start[1:])
+            cols = RequestItems(start, np.array(key, np.int64), np.array(size, np.int64))
+            return _Items(head, list(ids), cols, np.array(images, np.int64), timeline)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError,
+                OverflowError) as exc:
+            raise DatasetError(f"{path}: not a {CACHE_ITEMS_NAME} line ({exc})") from None
 
 
-def merged_prediction(workers: list[Worker], table: RecordTable) -> dict | None:
-    """The prediction replayed over every worker's requests in the server's order; the
-    per-request predictions go into ``table``."""
+def _joined(parts: list[_Items]) -> RequestColumns:
+    """The workers' requests one after the other, their keys' ids shared (equal keys, one id)."""
+    ids: dict[Any, int] = {}
+    shared = [RequestItems(p.items.start, np.array([ids.setdefault(k, len(ids)) for k in p.names],
+                                                   np.int64)[p.items.key], p.items.size)
+              for p in parts]
+    return RequestColumns(RequestItems.concat(shared), np.concatenate([p.images for p in parts]))
+
+
+def merged_prediction(workers: list[Worker], table: RecordTable,
+                      parts: list[_Items | None]) -> dict | None:
+    """The prediction replayed over every worker's requests (``parts``: their cache items) in
+    the server's order; the per-request predictions go into ``table``. Its order band is left
+    for ``predict.settle_band`` (made with the export, while the forked writers write)."""
     from ..caches import get_target
     from ..vlm import generic_model
     from .predict import ImageTracker, prediction_result
 
-    files = [w.path / CACHE_ITEMS_NAME for w in workers]
-    if not all(f.is_file() for f in files):
+    if any(p is None for p in parts):
         return {"note": "no merged prediction: a worker ran without one (--no-predict or no "
                         "model geometry)"}
-    tracker: ImageTracker | None = None
-    timeline: dict[str, Any] = {}
-    model_name = ""
-    slack: list[np.ndarray] = []  # per request: its worker's clock uncertainty (widens the band)
-    pairs: dict[tuple, tuple] = {}  # one (key, size) per cache item (a million requests share few)
-    for w, f in zip(workers, files):
-        with open(f, "rb") as fh:
-            head = _items_head(f, fh.readline())
-            if tracker is None:
-                model_name = head["model"]
-                model = generic_model(1, int(head["bytes_per_token"]))
-                tracker = ImageTracker(model, get_target(head["target"]), head["cache_size"],
-                                       None, head["front"])
-            before = len(tracker.requests)
-            while lines := fh.readlines(1 << 22):
-                _add_requests(f, tracker.requests, lines, pairs, timeline)
-        unc = int((w.shard.get("clock") or {}).get("uncertainty_ns") or 0)
-        slack.append(np.full(len(tracker.requests) - before, unc, np.int64))
-    assert tracker is not None
+    have = [p for p in parts if p is not None]
+    head = have[0].head
+    tracker = ImageTracker(generic_model(1, int(head["bytes_per_token"])),
+                           get_target(head["target"]), head["cache_size"], None, head["front"])
+    tracker.requests = _joined(have)
+    timeline = {x: seqs for p in have for x, seqs in p.timeline.items()}
+    # per request: its worker's clock uncertainty (widens the band)
+    slack = np.concatenate([np.full(len(p.items), int((w.shard.get("clock") or {}).get(
+        "uncertainty_ns") or 0), np.int64) for w, p in zip(workers, have)])
     pred = prediction_result(tracker, None, table, len(tracker.requests),
-                             timeline if timeline else None, np.concatenate(slack))
+                             timeline if timeline else None, slack, band_later=True)
     if pred is not None and "model" in pred:  # the workers' model (sizes came with the items)
-        pred["model"] = model_name
+        pred["model"] = head["model"]
         pred.pop("geometry", None)
     return pred
 
 
-def _read_tables(workers: list[Worker], processes: int) -> RecordTable:
-    """Every worker's records, in shard order, read by ``processes``: this one and a pool
-    (each of its processes sends back the tables it read; this one's own need no copy)."""
+def _read(w: Worker, base: int) -> tuple[RecordTable, _Items | None]:
+    """A worker's records (``_table``) and cache items."""
+    return _table(w, base), _items(w)
+
+
+def _read_workers(workers: list[Worker], processes: int
+                  ) -> tuple[RecordTable, list[_Items | None]]:
+    """Every worker's records (in shard order) and cache items, read by ``processes``: this
+    one and a pool (each of its processes sends back what it read; this one's own need no
+    copy)."""
     from ..lifecycle import start_workers
 
     bases = np.cumsum([0] + [int(w.shard.get("dispatched") or 0) for w in workers])[:-1]
     jobs = list(zip(workers, map(int, bases)))
     with start_workers(processes - 1) if processes > 1 else contextlib.nullcontext() as pool:
-        theirs = {k: pool.submit(_table, *job) for k, job in enumerate(jobs)
+        theirs = {k: pool.submit(_read, *job) for k, job in enumerate(jobs)
                   if pool and k % processes}
-        mine = {k: _table(*job) for k, job in enumerate(jobs) if k not in theirs}
-        return RecordTable.concat([mine[k] if k in mine else theirs[k].result()
-                                   for k in range(len(jobs))])
+        mine = {k: _read(*job) for k, job in enumerate(jobs) if k not in theirs}
+        got = [mine[k] if k in mine else theirs[k].result() for k in range(len(jobs))]
+    return RecordTable.concat([t for t, _ in got]), [items for _, items in got]
 
 
 def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
@@ -202,7 +242,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     the merged records."""
     from ..export import write_exports
     from ..io.atomic import check_not_input, check_target
-    from ..lifecycle import pool_size, rare_full_collections
+    from ..lifecycle import large_frees_to_os, pool_size, rare_full_collections
 
     if not dirs:
         raise SpecError("runs", "needs the worker folders to merge")
@@ -212,9 +252,11 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     check_target(out / EXPORT_NAME, force)
     check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
                     [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
+    large_frees_to_os()  # the prediction churns arrays of a million entries
     with rare_full_collections():
-        table = _read_tables(workers, min(pool_size(processes), len(workers)))
-        predicted = merged_prediction(workers, table)  # the last change to the table
+        table, items = _read_workers(workers, min(pool_size(processes), len(workers)))
+        predicted = merged_prediction(workers, table, items)  # the last change to the table
+        del items
         # the export's maths run while forked writers serialise the records
         export = functools.cache(lambda: _merged_export(workers, table, predicted))
         paths = write_exports(out, table, export, processes=pool_size(processes))
@@ -227,7 +269,9 @@ def _merged_export(workers: list[Worker], table: RecordTable, predicted: dict | 
     SLOs."""
     from ..export import build_export
     from ..report.aggregate import run_aggregates
+    from .predict import settle_band
 
+    predicted = settle_band(predicted)
     first = workers[0].export
     config = dict(first.get("input_config") or {})
     config.pop("shard_index", None)

@@ -35,11 +35,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..caches import TIMELINE_PATH, CacheTarget
+from ..caches.items import RequestItems
 from ..errors import DatasetError, UserError
 from ..io.imageref import (
     DEFAULT_BATCHED_TOKENS,
@@ -57,6 +58,9 @@ from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
 from .chunked import MAX_SET_MEMBERS, chunked_band, steps
+
+if TYPE_CHECKING:
+    from ..analysis.tiers import Front
 
 #: cache events in the server's order: their kinds (0: lookup, 1: later moment reached,
 #: 2: failed before it) and their requests (dispatch indices)
@@ -76,6 +80,28 @@ class _Request:
     images: int
 
 
+class RequestColumns(Sequence):
+    """The started requests (dispatch order) as columns: their cache items and image counts
+    (``merge-runs`` reads a million of them so; a bench run's list becomes them to predict).
+    Indexing gives a request."""
+
+    def __init__(self, items: RequestItems, images: np.ndarray) -> None:
+        self.items, self.images = items, np.asarray(images, np.int64)
+
+    @classmethod
+    def of(cls, requests: Sequence[_Request]) -> RequestColumns:
+        if isinstance(requests, RequestColumns):
+            return requests
+        return cls(RequestItems.of([r.items for r in requests]),
+                   np.fromiter((r.images for r in requests), np.int64, len(requests)))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return _Request(self.items[i], int(self.images[i]))
+
+
 @dataclass
 class ImageTracker:
     """Collects each started request's cache items (dispatch order)."""
@@ -85,9 +111,8 @@ class ImageTracker:
     capacity: float  # in the target's own unit
     encoder: Any
     front: int | None = None  # a two-tier target's front budget in tokens (resolved)
-    requests: list[_Request] = field(default_factory=list)
+    requests: Sequence[_Request] = field(default_factory=list)  # a list while a run starts them
     undecodable: int = 0
-    counters: dict[str, int] = field(default_factory=dict)  # the cache's, after the replay
     timeline: dict | None = None  # the simulator's cache events per X-Request-ID, if fetched
     real_engine: bool = True  # replays model the engine's own faults (no simulator timeline)
     server_order: dict[str, int] | None = None  # X-Request-ID -> place in the server's log
@@ -156,6 +181,7 @@ class ImageTracker:
                 continue
             keys.append(key)
             sizes.append(size)
+        assert isinstance(self.requests, list)
         self.requests.append(_Request(request_items(self.target, keys, sizes), len(keys)))
 
     # -- after the run ------------------------------------------------------------------------
@@ -240,8 +266,17 @@ class ImageTracker:
 
     def replay(self, events: Events) -> tuple[np.ndarray, np.ndarray]:
         """Predicted hits and lookups per request, replaying ``events`` through the target's
-        cache (a two-tier target's lookups are its own: a front-tier hit never reaches it)."""
-        cache = self.new_cache(self.target.capacity(self.capacity))
+        cache (a two-tier target's lookups are its own: a front-tier hit never reaches it).
+        vLLM's encoder cache, alone or before Dynamo's connector, replays compiled
+        (``analysis.tiers.event_hits``, the same rules: ``tests/test_two_tier.py``)."""
+        from ..analysis.tiers import event_hits
+
+        capacity = self.target.capacity(self.capacity)
+        compiled = self._compiled_tiers(capacity)
+        if compiled is not None:
+            cols = RequestColumns.of(self.requests)
+            return event_hits(cols.items, events[0], events[1], *compiled)
+        cache = self.new_cache(capacity)
         hits = np.zeros(len(self.requests), np.int64)
         looked = np.zeros(len(self.requests), np.int64)
         for kind, i in zip(*(e.tolist() for e in events)):
@@ -254,18 +289,33 @@ class ImageTracker:
             looked[i] = len(flags) - sum(cache.last_front)
             if getattr(cache, "last_fault", None) is not None:
                 self.faulted.append(i)
-        self.counters = cache.counters()
         return hits, looked
 
+    def _compiled_tiers(self, capacity: int) -> tuple[Front, int | None] | None:
+        """The front tier and the connector's capacity (None: the front alone) where the
+        target's cache is vLLM's encoder cache, alone or before Dynamo's connector."""
+        from ..analysis.tiers import Front
+
+        t = self.target
+        if t.front is not None:
+            budget = front_budget(t, self.model, self.front)
+            assert budget is not None
+            return Front(int(budget), int(self.model.bytes_per_token)), capacity
+        if t.eviction == "freeable":
+            return Front(int(capacity), 1), None
+        return None
+
     def predict(self, table: RecordTable, profiling: np.ndarray, timeline: dict | None = None,
-                slack_ns: np.ndarray | None = None) -> dict:
+                slack_ns: np.ndarray | None = None, band_later: bool = False) -> dict:
         """Hit counts over the profiling requests (warmup requests warm the cache), with the
         order band (``slack_ns``: per dispatch index, how far the request's clock may be off
-        the server's; merge-runs' workers)."""
+        the server's; merge-runs' workers; ``band_later``: the band is left as the function
+        that makes it, for :func:`settle_band`: merge-runs makes it while its writers write)."""
         if not self.requests:
             return {"references": 0, "hits": 0, "misses": 0, "hit_rate": None}
         self.real_engine = timeline is None
         self.faulted = []
+        self.requests = RequestColumns.of(self.requests)  # once: the replay and bands read them
         rows = _Rows(table, len(self.requests))
         events, how = self.events(rows, timeline)
         per_req, refs = self.replay(events)
@@ -274,13 +324,14 @@ class ImageTracker:
         keep = looked & (profiling[:len(self.requests)] if profiling.size else True)
         h, n = int(per_req[keep].sum()), int(refs[keep].sum())
         exact = (h, int(per_req[looked].sum()))
-        counters = dict(self.counters)
-        band = (_known_band(exact, "the server's cache timeline") if timeline is not None
-                else self.band(rows, looked, keep, exact, slack_ns))
-        band["family"] = _family(self.target)
-        self.counters = counters  # the band's replays must not replace the exact one's
+
+        def band() -> dict:
+            out = (_known_band(exact, "the server's cache timeline") if timeline is not None
+                   else self.band(rows, looked, keep, exact, slack_ns))
+            out["family"] = _family(self.target)
+            return out
         out = {"references": n, "hits": h, "misses": n - h, "hit_rate": h / n if n else None,
-               "order": how, "band": band, "per_request_hits": per_req}
+               "order": how, "band": band if band_later else band(), "per_request_hits": per_req}
         if self.faulted:  # the engine's own bug, predicted: these requests fail at an item
             out["faults"] = {kind: len(self.faulted) for kind in self.target.faults}
         return out
@@ -351,7 +402,7 @@ class ImageTracker:
         engine with chunked prefill (``loadgen.chunked``): ``group``, per request (in the
         groups' order), its first-token group; ``ordered``: the requests are in arrival order.
         None when the search gave up (``chunked_band``)."""
-        items = [self.requests[i].items for i in idx.tolist()]
+        items = RequestColumns.of(self.requests).items.take(idx)
         bounds = chunked_band(steps(group), items, np.array(weights, np.float64),
                               self.new_cache(self.target.capacity(self.capacity)),
                               ordered=ordered)
@@ -398,8 +449,8 @@ class ImageTracker:
               fin_lo: np.ndarray | None, weights: list[np.ndarray], fail: list[bool],
               after: str | None = None, budget: int = SEARCH_BUDGET) -> dict:
         capacity = self.target.capacity(self.capacity)
-        reqs = [self.requests[i] for i in idx.tolist()]
-        res = order_band(self.target, [r.items for r in reqs], [r.images for r in reqs],
+        cols = RequestColumns.of(self.requests)
+        res = order_band(self.target, cols.items.take(idx), cols.images[idx].tolist(),
                          capacity, s, f, fin, weights, lambda: self.new_cache(capacity),
                          fail, budget=budget, fin_lo=fin_lo, after=after)
         return _band_out(res.bounds, res.method)
@@ -528,9 +579,10 @@ def prediction_setup(run: Any, encoder: Any, embedded: Any = None
 
 def prediction_result(tracker: ImageTracker | None, note: str | None, table: RecordTable,
                       started: int, timeline: dict | None,
-                      slack_ns: np.ndarray | None = None) -> dict | None:
+                      slack_ns: np.ndarray | None = None, band_later: bool = False
+                      ) -> dict | None:
     """The export's ``predicted`` block (per-request predictions go into the table's
-    ``predicted_hits``)."""
+    ``predicted_hits``; ``band_later``: see ``ImageTracker.predict``)."""
     if tracker is None:
         return {"note": note} if note else None
     di = table.dispatch_index
@@ -538,7 +590,7 @@ def prediction_result(tracker: ImageTracker | None, note: str | None, table: Rec
     mask = np.zeros(started, bool)
     mask[di[dispatched & (table.phase == "profiling")]] = True
     try:
-        pred = tracker.predict(table, mask, timeline, slack_ns)
+        pred = tracker.predict(table, mask, timeline, slack_ns, band_later)
     except UserError as exc:
         return {"note": f"prediction failed: {exc}"}
     per_req = pred.pop("per_request_hits", None)
@@ -556,6 +608,16 @@ def prediction_result(tracker: ImageTracker | None, note: str | None, table: Rec
                      f"{DEFAULT_URL_SIZE[0]}x{DEFAULT_URL_SIZE[1]}")
     if notes:
         pred["note"] = "; ".join(notes)
+    return pred
+
+
+def settle_band(pred: dict | None) -> dict | None:
+    """``pred`` with its band made, where the prediction left it for later (``band_later``)."""
+    if pred is not None and callable(pred.get("band")):
+        try:
+            pred["band"] = pred["band"]()
+        except UserError as exc:
+            pred["band"] = {"note": f"no band: {exc}"}
     return pred
 
 
