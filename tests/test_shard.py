@@ -260,3 +260,32 @@ def test_a_bad_records_line_read_in_the_pool_is_one_line(tmp_path):
     assert "w1/records.jsonl:2: not a records.jsonl line" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "profile_export_mmdatagen.json").exists()
+
+
+def test_merge_runs_is_the_one_writer_of_its_folder(tmp_path):
+    """merge-runs holds its output folder: the temporaries a killed merge left there (its
+    forked writers' parts, the export's) are removed, and a second writer of the folder gets
+    one line and exit 2 while the first holds it."""
+    from mmdatagen.io.atomic import output_lock
+
+    dirs = []
+    for k in range(2):
+        _fake_worker(tmp_path / f"w{k}", k, 2)
+        dirs.append(tmp_path / f"w{k}")
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = [out / ".records.jsonl.k1ll3d00.part",
+             out / ".profile_export_mmdatagen.json.abcd1234.part"]
+    for f in stale:
+        f.write_bytes(b'{"half": ')
+    keep = out / ".notes.txt.abcd1234.part"  # not a temporary of merge-runs' files
+    keep.write_bytes(b"x")
+    with output_lock(out):
+        res = _mmdatagen("merge-runs", *dirs, "--output-dir", out)
+        assert res.returncode == 2 and "another process is writing" in res.stderr
+        assert "Traceback" not in res.stderr and all(f.exists() for f in stale)
+    res = _mmdatagen("merge-runs", *dirs, "--output-dir", out, "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert not any(f.exists() for f in stale) and keep.exists()
+    assert (out / "profile_export_mmdatagen.json").exists()
+    assert not list(tmp_path.glob(".out.lock"))

@@ -43,17 +43,20 @@ def merge_runs(runs: tuple[str, ...], **values: Any) -> None:
     replayed over every worker's requests. Refuses workers of different benchmarks and a
     missing or repeated shard."""
     from ..console import console_table
+    from ..io.atomic import output_lock
     from ..loadgen.merge_runs import merge_runs as run_merge_runs
 
     out = make(MergeRunsOutput, values)
-    result = run_merge_runs([Path(r) for r in runs], Path(out.output_dir), out.force,
-                            out.workers)
-    if not out.quiet:
-        click.echo(console_table(result.export))
-        click.echo(f"\nmerged {result.workers} workers, {len(result.records)} records: "
-                   f"{result.paths['export']}  {result.paths['records']}")
-    if not values["no_report"]:
-        from ..report.html import runs_report
+    with output_lock(Path(out.output_dir)):  # the report is written into it too
+        result = run_merge_runs([Path(r) for r in runs], Path(out.output_dir), out.force,
+                                out.workers)
+        if not out.quiet:
+            click.echo(console_table(result.export))
+            click.echo(f"\nmerged {result.workers} workers, {len(result.records)} records: "
+                       f"{result.paths['export']}  {result.paths['records']}")
+        if not values["no_report"]:
+            from ..report.html import runs_report
 
-        write_report(runs_report("bench", [("merged", result.export)], "mmdatagen merge-runs"),
-                     Path(out.output_dir), out.quiet, values["png"])
+            write_report(runs_report("bench", [("merged", result.export)],
+                                     "mmdatagen merge-runs"),
+                         Path(out.output_dir), out.quiet, values["png"])

@@ -259,9 +259,10 @@ def staged_dir(final: Path, force: bool) -> Iterator[Path]:
         raise
 
 
-def _remove_stale(path: Path) -> None:
+def remove_stale(path: Path) -> None:
     """Remove temporaries a killed writer of ``path`` left (``.<name>.XXXX.part``): whoever holds
-    the lock is the only live writer, so any such file is garbage."""
+    the lock (of ``path``, or of the folder a command writes it in) is the only live writer, so
+    any such file is garbage."""
     name, manifest = (glob_escape(_stem(n)) for n in (path.name, f"{path.name}.manifest.json"))
     for pattern in (f".{name}.{'?' * 8}.part", f".{name}.{'?' * 8}.old",
                     f".{manifest}.{'?' * 8}.part"):
@@ -309,7 +310,7 @@ def output_lock(path: Path) -> Iterator[None]:
         return
     fd = _acquire(path, lock)
     _HELD[key] = 1
-    _remove_stale(path)
+    remove_stale(path)
     try:
         yield
     finally:

@@ -240,18 +240,29 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     """Join the workers in ``dirs`` into one export in ``output_dir``; ``processes`` (0: one per
     core, this one among them) read the workers' records (at most one per worker) and write
     the merged records."""
-    from ..export import write_exports
-    from ..io.atomic import check_not_input, check_target
-    from ..lifecycle import large_frees_to_os, pool_size, rare_full_collections
+    from ..io.atomic import output_lock, reading, remove_stale
 
     if not dirs:
         raise SpecError("runs", "needs the worker folders to merge")
     workers = sorted((_load(Path(d)) for d in dirs), key=lambda w: w.index)
     check_workers(workers)
     out = Path(output_dir)
+    # one writer of the folder: the temporaries a killed merge left in it go; the workers'
+    # files are inputs, never replaced
+    with reading([w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME,
+                                                        CACHE_ITEMS_NAME)]), output_lock(out):
+        for name in (EXPORT_NAME, RECORDS_NAME):
+            remove_stale(out / name)
+        return _merge(workers, out, force, processes)
+
+
+def _merge(workers: list[Worker], out: Path, force: bool, processes: int) -> MergeRunsResult:
+    from ..export import write_exports
+    from ..io.atomic import check_not_input, check_target
+    from ..lifecycle import large_frees_to_os, pool_size, rare_full_collections
+
     check_target(out / EXPORT_NAME, force)
-    check_not_input([out / EXPORT_NAME, out / RECORDS_NAME],
-                    [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME)])
+    check_not_input([out / EXPORT_NAME, out / RECORDS_NAME])
     large_frees_to_os()  # the prediction churns arrays of a million entries
     with rare_full_collections():
         table, items = _read_workers(workers, min(pool_size(processes), len(workers)))
