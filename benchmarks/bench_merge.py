@@ -9,11 +9,10 @@ The workers' folders are synthetic but shaped as ``bench --num-shards`` writes t
 Each merge runs in a child process that times itself from before its imports to its exit:
 wall and CPU seconds, peak RSS (``ru_maxrss``), and where its CPU went (reading its share of
 the records, the cache items, the prediction's events and replay (it reads the record table's
-columns; "record objects" is what is left of making RequestRecords), its order band,
-writing, and within writing the export's maths, done while forked writers serialise
-records.jsonl); the CPU of the processes it forks (readers, writers) beside. The
-run with cache items replays the merged prediction; its order band (``loadgen/band.py``) is
-reported apart.
+columns; "record objects" is what is left of making RequestRecords), writing, and within
+writing the export's maths and the prediction's order band (``loadgen/band.py``), done while
+forked writers serialise records.jsonl); the CPU of the processes it forks (readers, writers)
+beside. The run with cache items replays the merged prediction.
 
 The machine may be shared: the load average is printed with each run, and CPU seconds beside
 wall seconds.
@@ -41,8 +40,9 @@ PHASES = (("mmdatagen.loadgen.merge_runs", "", "_table", "read records"),
           ("mmdatagen.export", "", "build_export", "export maths"),
           ("mmdatagen.report.aggregate", "", "run_aggregates", "aggregates"),
           ("mmdatagen.export", "", "write_exports", "write export"))
-#: phases timed inside another (the export's maths run within write_exports)
-NESTED = {"export maths", "aggregates"}
+#: phases timed inside another (the export's maths, and the merged prediction's order band,
+#: run within write_exports while the forked writers write)
+NESTED = {"export maths", "aggregates", "order band"}
 
 
 def _load() -> str:
@@ -188,11 +188,10 @@ def part_merge(tmp: Path, records: int, with_items: bool) -> None:
               f"{load} -> {_load()} (inputs written in {made:.0f} s)")
         spent = res["spent"]
         own = spent.get("prediction (all)", 0.0) - sum(
-            spent.get(k, 0.0) for k in ("prediction events", "prediction replay", "order band"))
+            spent.get(k, 0.0) for k in ("prediction events", "prediction replay"))
         parts = [(k, v) for k, v in spent.items() if k != "prediction (all)" and v >= 0.005]
         if items:
-            parts.append(("cache items + rest of prediction", own - spent.get("record objects",
-                                                                              0.0)))
+            parts.append(("rest of prediction", own - spent.get("record objects", 0.0)))
         print("  CPU s: " + ", ".join(f"{k} {v:.2f}" if k not in NESTED else f"({k} {v:.2f})"
                                       for k, v in parts)
               + "; other (start-up, imports, merge) "

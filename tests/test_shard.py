@@ -226,6 +226,12 @@ def test_merged_records_are_the_shifted_union_byte_for_byte(tmp_path, processes)
     (b'{"target": "vllm-processor", "cache_size": 4, "front": null, "bytes_per_token": 2, '
      b'"model": "m"}\n{"images": 1, "items": [["k", 5]]}\n{"images": 1}\n',
      "not a cache_items.jsonl line ('items')"),
+    (b'{"target": "vllm-processor", "cache_size": 4, "front": null, "bytes_per_token": 2, '
+     b'"model": "m"}\n{"images": 1, "items": [["k", -5]]}\n',
+     "an item size or image count that is not a whole number of 0 or more"),
+    (b'{"target": "vllm-processor", "cache_size": 4, "front": null, "bytes_per_token": 2, '
+     b'"model": "m"}\n{"images": 1, "items": [["k", "5"]]}\n',
+     "an item size or image count that is not a whole number of 0 or more"),
 ])
 def test_merge_runs_names_a_bad_cache_items_file(tmp_path, items, needle):
     for k in range(2):

@@ -168,11 +168,16 @@ def _items(w: Worker) -> _Items | None:
                         timeline[d["x_request_id"]] = d["seqs"]
             start = np.zeros(len(count) + 1, np.int64)
             np.cumsum(count, out=start[1:])
-            cols = RequestItems(start, np.array(key, np.int64), np.array(size, np.int64))
-            return _Items(head, list(ids), cols, np.array(images, np.int64), timeline)
+            sizes, counts = (np.array(v) if v else np.zeros(0, np.int64) for v in (size, images))
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError,
                 OverflowError) as exc:
             raise DatasetError(f"{path}: not a {CACHE_ITEMS_NAME} line ({exc})") from None
+    if sizes.dtype.kind != "i" or counts.dtype.kind != "i" or (sizes < 0).any() or (
+            counts < 0).any():
+        raise DatasetError(f"{path}: not a {CACHE_ITEMS_NAME} file (an item size or image "
+                           "count that is not a whole number of 0 or more)")
+    return _Items(head, list(ids), RequestItems(start, np.array(key, np.int64), sizes),
+                  counts, timeline)
 
 
 def _joined(parts: list[_Items]) -> RequestColumns:
