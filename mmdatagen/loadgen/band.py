@@ -1690,17 +1690,20 @@ def coarse_band(items: Sequence[Sequence[tuple[Hashable, int]]], unit: Sequence[
     cols = RequestItems.of(items)
     key_a, pos_a, num_keys = cols.key, cols.owner, cols.num_keys
     # an item's key first in its request: the earliest of its (request, key) run (the sort is
-    # stable)
-    by = np.lexsort((key_a, pos_a))
-    pk, kk = pos_a[by], key_a[by]
-    first_a = np.zeros(key_a.size, bool)
-    first_a[by] = np.r_[True, (pk[1:] != pk[:-1]) | (kk[1:] != kk[:-1])][:key_a.size]
-    del by, pk, kk
+    # stable); every item, where no request holds two (items released one by one)
+    first_a = np.ones(key_a.size, bool)
+    if (cols.counts > 1).any():
+        by = np.lexsort((key_a, pos_a))
+        pk, kk = pos_a[by], key_a[by]
+        first_a[by] = np.r_[True, (pk[1:] != pk[:-1]) | (kk[1:] != kk[:-1])][:key_a.size]
+        del by, pk, kk
     may_hit = ~first_a  # a repeat within its request may hit
     hp, hk = pos_a[first_a], key_a[first_a]  # the holders: one per (key, request)
     if hp.size:
         sent = np.asarray(s)[hp]
-        order = np.lexsort((hp, sent, hk))  # by key, then send position
+        # by key, then send time and position (positions in send order: by key, stably)
+        order = (np.argsort(hk, kind="stable") if (np.diff(sent) >= 0).all()
+                 else np.lexsort((hp, sent, hk)))
         k_sorted, lead = hk[order], np.r_[True, hk[order][1:] != hk[order][:-1]]
         head = np.flatnonzero(lead)  # each key's earliest sender, then its second
         earliest_p = np.empty(num_keys, np.int64)
@@ -1806,7 +1809,8 @@ def order_band(target: Any, items: Sequence[Sequence[tuple[Hashable, int]]], ima
         items, images, s, f, fin, fin_lo, weights, fail = _items_alone(
             items, s, f, fin, fin_lo, weights, fail)
     set_entry = target.entry == "embedding-set"
-    unit = np.array([max(1, n) if set_entry else 1 for n in images], np.float64)
+    unit = (np.maximum(np.asarray(images, np.float64), 1.0) if set_entry
+            else np.ones(len(items), np.float64))
     gain = np.array([np.asarray(w, np.float64) * unit for w in weights]).reshape(len(weights), -1)
     stack = stack_target(target)
     events = _EventLists((s, f, None if stack else fin, fin_lo), items)
