@@ -316,16 +316,18 @@ def _curves(ids, obj_sizes, obj_tokens, ref_row, oversize: str, obj_bytes, obj_m
 
 
 def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, capacity_bytes: float,
-             oversize: str = "bypass") -> np.ndarray:
+             oversize: str = "bypass", num_objects: int | None = None) -> np.ndarray:
     """Per reference: does it hit in a byte LRU of ``capacity_bytes``? (bool array)
 
     ``keys``: one hashable (or int) per reference in dispatch order; ``sizes``: bytes per
     reference (a key's first size counts). ``oversize``: "bypass" or "flush" for entries larger
-    than the capacity.
+    than the capacity. ``num_objects``: the keys are already ids below it, each reference
+    sized as its key's first (no mapping, no sort).
     """
     if oversize not in OVERSIZE:
         raise UserError(f"unknown oversize policy {oversize!r}; choose from {', '.join(OVERSIZE)}")
-    ids, m = dense_ids(keys)
+    ids, m = (dense_ids(keys) if num_objects is None
+              else (np.asarray(keys, np.int64), int(num_objects)))
     sizes = np.asarray(sizes, np.int64).reshape(-1)
     if sizes.size != ids.size:
         raise UserError(f"got {sizes.size} sizes for {ids.size} keys")
@@ -333,7 +335,7 @@ def lru_hits(keys: Sequence | np.ndarray, sizes: Sequence[int] | np.ndarray, cap
         return np.zeros(0, bool)
     if sizes.min() < 0:
         raise UserError("entry sizes must not be negative")
-    obj = object_sizes(ids, sizes)
+    obj = object_sizes(ids, sizes) if num_objects is None else sizes
     if oversize == "bypass":
         keep = obj <= capacity_bytes
         out = np.zeros(ids.size, bool)

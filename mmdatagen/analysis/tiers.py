@@ -118,5 +118,5 @@ def event_hits(items: RequestItems, kinds: np.ndarray, reqs: np.ndarray, front: 
         return (np.bincount(owner[refs[served[refs]]], minlength=n),
                 np.bincount(owner[refs], minlength=n))
     back = refs[~served[refs]]
-    hit = lru_hits(ids[back], sizes[ids[back]], capacity, "bypass")
+    hit = lru_hits(ids[back], sizes[ids[back]], capacity, "bypass", sizes.size)
     return np.bincount(owner[back[hit]], minlength=n), np.bincount(owner[back], minlength=n)
