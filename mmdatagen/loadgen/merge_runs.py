@@ -262,6 +262,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
 
 
 def _merge(workers: list[Worker], out: Path, force: bool, processes: int) -> MergeRunsResult:
+    """``merge_runs`` once it holds the output folder."""
     from ..export import write_exports
     from ..io.atomic import check_not_input, check_target
     from ..lifecycle import large_frees_to_os, pool_size, rare_full_collections
