@@ -686,14 +686,15 @@ def _coarse_by_definition(items, unit, s, f, weights):
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), n=st.integers(0, 30), pool=st.integers(1, 6))
-def test_coarse_bound_equals_its_definition(data, n, pool):
+@given(data=st.data(), n=st.integers(0, 30), pool=st.integers(1, 6), ordered=st.booleans())
+def test_coarse_bound_equals_its_definition(data, n, pool, ordered):
     """The vectorised coarse bound (each key's two earliest senders) equals the item-by-item
-    definition, with repeated keys in a request and tied send times."""
+    definition, with repeated keys in a request and tied send times; positions in send order
+    (``order_band``'s) or not."""
     items = [[(k, 1) for k in data.draw(st.lists(st.integers(0, pool - 1), max_size=4))]
              for _ in range(n)]
-    s = np.sort(np.array(data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n)),
-                         np.int64))
+    s = np.array(data.draw(st.lists(st.integers(0, 8), min_size=n, max_size=n)), np.int64)
+    s = np.sort(s) if ordered else s
     f = s + np.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), np.int64)
     unit = data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
     weights = [np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n,

@@ -20,6 +20,8 @@ def test_columns_read_back_as_their_lists(items, data):
     cols = RequestItems.of(items)
     assert len(cols) == len(items)
     assert [cols[p] for p in range(len(items))] == items == list(cols)
+    assert [cols[p] for p in range(-len(items), 0)] == items
+    assert list(cols[1:3]) == items[1:3]
     flat = [k for it in items for k, _ in it]
     assert [cols.name(k) for k in cols.key.tolist()] == flat
     assert cols.num_keys == len(dict.fromkeys(flat))

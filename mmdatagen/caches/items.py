@@ -53,6 +53,9 @@ class RequestItems(Sequence):
     def __getitem__(self, p):
         if isinstance(p, slice):
             return self.take(np.arange(len(self))[p])
+        if not -len(self) <= p < len(self):
+            raise IndexError(p)
+        p %= len(self)
         if self._made is None:  # made one by one as asked (a search asks a few, many times)
             self._made = [None] * len(self)
         got = self._made[p]
