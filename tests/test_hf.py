@@ -110,3 +110,25 @@ def test_image_content_hf_errors(run_cli, tmp_path, photos, args, message):
                      "--image-content", "hf", *args)
     assert result.exit_code == 2 and message in result.output, result.output
     assert result.output.count("\n") == 1 and not (tmp_path / "d.jsonl").exists()
+
+
+@pytest.mark.parametrize("parquet", [False, True])
+def test_hf_output_stopped_after_it_was_placed_leaves_nothing(run_cli, tmp_path, monkeypatch,
+                                                                parquet):
+    """A SIGTERM while the work folder is removed, after the copies are in place: the command
+    removes its JSONL, so the copies go too (no half of the output stays)."""
+    import signal
+    import tempfile
+
+    from mmdatagen.lifecycle import Terminated
+
+    class StoppedOnCleanup(tempfile.TemporaryDirectory):
+        def __exit__(self, *exc):
+            super().__exit__(*exc)
+            raise Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(hf.tempfile, "TemporaryDirectory", StoppedOnCleanup)
+    result = run_cli("pool", "-o", tmp_path / "d.jsonl", *SMALL, "-n", 3, "--pool-size", 2,
+                     "--output-format", "hf", *(["--hf-parquet"] if parquet else []))
+    assert result.exit_code == 143, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

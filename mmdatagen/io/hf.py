@@ -157,25 +157,36 @@ def write_hf(jsonl: Path, image_dir: Path | None, parquet: bool = False,
     written = check_targets(jsonl, parquet, force)
     target = written[0]
     datasets.disable_progress_bars()
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
-        try:
-            ds = build_dataset(jsonl, image_dir, Path(tmp) / "cache")
-        except Exception as exc:  # datasets wraps a full disk, or our own error, in its own
-            cause = exc.__cause__
-            if isinstance(cause, (OSError, UserError)) and cause is not exc:
-                raise cause from None
-            raise
-        staged = Path(tmp) / "out"
-        ds.save_to_disk(str(staged))
-        (staged / MANIFEST_NAME).write_bytes(manifest_path(jsonl).read_bytes())
-        if parquet:
-            part = Path(tmp) / "data.parquet"
-            ds.to_parquet(str(part))
-            part.replace(written[1])
-        if target.exists():
-            shutil.rmtree(target)
-        staged.replace(target)
-        del ds
+    placed: list[Path] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
+            try:
+                ds = build_dataset(jsonl, image_dir, Path(tmp) / "cache")
+            except Exception as exc:  # datasets wraps a full disk, or our own error, in its own
+                cause = exc.__cause__
+                if isinstance(cause, (OSError, UserError)) and cause is not exc:
+                    raise cause from None
+                raise
+            staged = Path(tmp) / "out"
+            ds.save_to_disk(str(staged))
+            (staged / MANIFEST_NAME).write_bytes(manifest_path(jsonl).read_bytes())
+            if parquet:
+                part = Path(tmp) / "data.parquet"
+                ds.to_parquet(str(part))
+                placed.append(written[1])
+                part.replace(written[1])
+            if target.exists():
+                shutil.rmtree(target)
+            placed.append(target)
+            staged.replace(target)
+            del ds
+    except BaseException:  # stopped while placing, or while removing the work folder: the
+        for path in placed:  # caller removes the JSONL, so no copy of it may stay either
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        raise
     return written
 
 

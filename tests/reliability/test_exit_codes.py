@@ -129,13 +129,22 @@ HF = ["pool", "-n", 3000, "--pool-size", 3000, "--image-size", "160x120", "--ima
       "noise", "-o", "h.jsonl", "--output-format", "hf", "--hf-parquet", "-q", "--workers", 2]
 
 
+def _converting(folder: Path) -> bool:
+    """The Hugging Face copy's work folder (``.h_hf.<random>/``, beside the lock file
+    ``.h_hf.lock``) is there: the conversion runs."""
+    return any(p.is_dir() for p in folder.glob(".h_hf.*"))
+
+
 def test_hf_output_stopped_while_converting_leaves_nothing(tmp_path):
     proc = start(*HF, cwd=tmp_path)
     try:  # the JSONL is in place: the Hugging Face copy is being written
-        wait_until(lambda: (tmp_path / "h.jsonl").exists() or proc.poll() is not None, 120,
-                   "the JSONL")
-        assert proc.poll() is None, proc.stderr.read().decode()
-        rc, _, err = stop(proc, signal.SIGTERM)
+        wait_until(lambda: _converting(tmp_path) or proc.poll() is not None, 120,
+                   "the conversion")
+        proc.send_signal(signal.SIGSTOP)  # held where it is: the signal lands mid-conversion,
+        assert _converting(tmp_path), proc.stderr.read().decode()  # not in the exit after it
+        assert (tmp_path / "h.jsonl").exists()
+        proc.send_signal(signal.SIGTERM)  # pending until it runs again
+        rc, _, err = stop(proc, signal.SIGCONT)
     finally:
         kill_tree(proc)
     assert rc == 143 and "Traceback" not in err
