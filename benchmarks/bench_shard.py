@@ -10,7 +10,8 @@
    the rates: the CPU microseconds per request of the loaders and of the server inside the
    benchmark's window (sampled from /proc, apart from start-up and export writing), the cores
    they kept busy, and the bound those numbers set on 2 idle cores. The server runs on the
-   same 2 cores: 2 workers can reach 2x only if the server takes none.
+   same 2 cores: 2 workers can reach 2x only if the server takes none. Last, the host's own
+   scaling: how much more a CPU-bound Python loop gets done in two processes than in one.
 2. merge: ``mmdatagen merge-runs`` over 1,000,000 records from 4 workers
    (``benchmarks/bench_merge.py``: wall and CPU seconds, peak RSS and where the CPU went,
    without and with the cache items of the merged prediction). Goal: <= 10 s, <= 1 GB.
@@ -170,6 +171,28 @@ def _rate_line(n: int, ex: dict, cpu: list[float], server: float, sampler: _Samp
     return loader_us, server_us
 
 
+SPIN = """
+import time
+t = time.perf_counter()
+x = 0
+for i in range(12_000_000):
+    x += i * i % 7
+print(time.perf_counter() - t)
+"""
+
+
+def host_scaling() -> float:
+    """How much more CPU-bound work two processes do than one on this host (2.00: two cores
+    that do not slow each other; shared physical cores or a busy host give less)."""
+    def spin(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(n)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    one, two = spin(1), spin(2)
+    return 2 * one / two
+
+
 def part_rate(tmp: Path, requests: int, concurrency: int) -> None:
     data = tmp / "small.jsonl"
     _run(["pool", "-n", 256, "--pool-size", 16, "--image-size", "32x32", "--image-content",
@@ -202,6 +225,10 @@ def part_rate(tmp: Path, requests: int, concurrency: int) -> None:
           f"2e6 / ({l2:.1f} + {s2:.1f}) = {2e6 / (l2 + s2):.0f} req/s: at most "
           f"{2 * l1 / (l2 + s2):.2f} x (2 / (1 + s) = {2 / (1 + s1 / l1):.2f} with s = "
           f"{s1 / l1:.2f}, the server's CPU per loader CPU)")
+    load = _load()
+    print(f"this host's cores: two CPU-bound Python processes (no I/O, nothing shared) do "
+          f"{host_scaling():.2f} x the work of one ({load}; 2.00: cores that do not slow each "
+          f"other)")
 
 
 def part_ttft(tmp: Path) -> None:
