@@ -95,3 +95,17 @@ def test_a_server_without_reset_endpoints_is_named(tmp_path, capsys):
     assert reset["reset"] == [] and set(reset["endpoints"]) >= {"/reset_mm_cache"}
     err = capsys.readouterr().err
     assert "warning: --reset-cache: the server exposes no cache-reset endpoint" in err
+
+
+def test_a_server_that_does_not_answer_is_not_said_to_lack_the_endpoints():
+    import socket
+
+    from mmdatagen.loadgen.reset import reset_server_caches
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    reset = asyncio.run(reset_server_caches(f"http://127.0.0.1:{port}", timeout=5))
+    assert reset["reset"] == []
+    assert reset["note"].startswith("the server did not answer the cache-reset requests (")
+    assert "no cache was reset" in reset["note"] and "exposes no" not in reset["note"]

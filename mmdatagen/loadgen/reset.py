@@ -27,9 +27,14 @@ async def reset_server_caches(url: str, timeout: float = 10.0) -> dict[str, Any]
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 statuses[path] = type(exc).__name__
     done = [p for p, v in statuses.items() if isinstance(v, int) and 200 <= v < 300]
-    note = ("reset: " + ", ".join(done) if done else
-            "the server exposes no cache-reset endpoint (vLLM: start it with "
-            "VLLM_SERVER_DEV_MODE=1): the run may start with warm caches")
+    if done:
+        note = "reset: " + ", ".join(done)
+    elif not any(isinstance(v, int) for v in statuses.values()):  # no answer at all
+        note = ("the server did not answer the cache-reset requests ("
+                + ", ".join(sorted(set(statuses.values()))) + "): no cache was reset")
+    else:
+        note = ("the server exposes no cache-reset endpoint (vLLM: start it with "
+                "VLLM_SERVER_DEV_MODE=1): the run may start with warm caches")
     if done and "/mmdatagen/reset_cache" not in done:
         note += "; Dynamo's embedding cache, if any, is not reset by them (a restart is)"
     return {"endpoints": statuses, "reset": done, "note": note}
