@@ -4,6 +4,7 @@ writes over its input or over an existing file without --force."""
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
 import orjson
@@ -74,7 +75,10 @@ def test_two_writers_of_one_output_one_gets_a_one_line_error(tmp_path):
     try:
         wait_until(lambda: (tmp_path / ".p.jsonl.lock").exists() or first.poll() is not None,
                    60, "the first writer's lock")
+        first.send_signal(signal.SIGSTOP)  # held mid-run: the second one meets it still writing
+        assert first.poll() is None, first.stderr.read().decode()
         second = run(*args, "--seed", 2, "--force", cwd=tmp_path)
+        first.send_signal(signal.SIGCONT)
         assert first.wait(120) == 0
     finally:
         if first.poll() is None:
