@@ -175,9 +175,9 @@ def write_hf(jsonl: Path, image_dir: Path | None, parquet: bool = False,
                 ds.to_parquet(str(part))
                 placed.append(written[1])
                 part.replace(written[1])
+            placed.append(target)  # from here on, an old copy (--force) goes too
             if target.exists():
                 shutil.rmtree(target)
-            placed.append(target)
             staged.replace(target)
             del ds
     except BaseException:  # stopped while placing, or while removing the work folder: the
