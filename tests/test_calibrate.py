@@ -5,6 +5,7 @@ dataset and image size) within 15 %. Refusals: runs that cannot identify a cost.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -364,20 +365,27 @@ def test_the_engine_log_gives_the_step_costs(tmp_path):
     assert "per_encoder_token_ms" not in held.from_log
 
 
-def test_calibrate_with_an_engine_log(runs, tmp_path):
+@pytest.mark.parametrize("between", [0.0, 1.5])
+def test_calibrate_with_an_engine_log(runs, tmp_path, between):
     """--engine-log: the step costs come from the engine's steps (marked log), the records fit
-    the frontend's; a log without step lines is one line and exit 2, nothing written."""
+    the frontend's and a step's constant: the log's timer leaves out the engine's work between
+    steps (``between`` ms of the runs' 4 ms); a log without step lines is one line and exit 2,
+    nothing written."""
     # the engine of the runs, as its log would show it
     steps = {p: KNOWN.get(p, 0.0) for p in STEP_KNOWN}
-    log = _engine_log(tmp_path / "vllm.log", steps)
+    log = _engine_log(tmp_path / "vllm.log", {**steps, "step_base_ms": 4.0 - between})
     known = runs[TRAIN[0]].parent / "known.yaml"
     out = tmp_path / "fitted.yaml"
     code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", out, "--base-profile",
                          known, "--engine-log", log)
     assert code == 0, text
     assert "engine log: 1500 steps" in text and " log " in text
+    seen = re.search(r"step_base_ms from the decode windows: ([0-9.]+) ms, the log's steps "
+                     r"alone ([0-9.]+) ms", text)
+    assert seen, text
+    assert abs(float(seen[1]) - float(seen[2]) - between) <= 0.15, seen[0]
     prof = load_profile(str(out))
-    assert set(prof.calibration["from_engine_log"]) == set(STEP_KNOWN)
+    assert set(prof.calibration["from_engine_log"]) == set(STEP_KNOWN) - {"step_base_ms"}
     for name in ("step_base_ms", "per_seq_ms", "per_encoder_image_ms", "per_prefill_token_ms"):
         assert abs(getattr(prof, name) / KNOWN[name] - 1) <= 0.05, name
     assert prof.per_prefill_request_ms <= 0.5  # none in this engine
@@ -390,7 +398,7 @@ def test_calibrate_with_an_engine_log(runs, tmp_path):
     corr = np.array(prof.calibration["correlation"])
     at = {p: cal.PARAMS.index(p) for p in prof.calibration["from_engine_log"]}
     assert all(corr[i, i] == 1.0 for i in at.values())
-    assert corr[at["step_base_ms"], cal.PARAMS.index("frontend_image_ms")] == 0.0
+    assert corr[at["per_seq_ms"], cal.PARAMS.index("frontend_image_ms")] == 0.0
     moved = set(whatif.uncertainty(prof)[0])
     assert set(at) <= moved and "frontend_image_ms" in moved
     empty = tmp_path / "plain.log"

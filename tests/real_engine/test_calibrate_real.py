@@ -13,7 +13,8 @@ The calibration runs (fresh seeds on the shared server, so their images are new 
   prompt; the prompt is chunked at the server's 2,048-token budget).
 
 The step costs are fitted to the server's own step times (its log's step lines: the server
-runs with ``--enable-logging-iteration-details``), the frontend's to the runs' records (the
+runs with ``--enable-logging-iteration-details``), except a step's constant (the log does not
+time the engine's work between steps: ``calibrate.CADENCE``), the frontend's to the runs' records (the
 decode context's stays at the base's 0: the log's decode steps carry it). Fitted from the records alone, a decode step's cost per running request
 came out 3.1 ms where the log shows 0.35, and throughput at concurrency 8 was over-predicted
 by up to 44 %.
