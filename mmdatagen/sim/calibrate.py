@@ -586,10 +586,10 @@ def _residual(run: Run, prof: Profile, fitted: bool) -> dict[str, Any]:
 #: the step cost the records' decode windows give even beside an engine log: a step's constant.
 #: vLLM times a step from the dispatch of its model execution to the result
 #: (``EngineCore.step``); its scheduling and its output's handling and sending between steps
-#: are outside that timer, and every token waits for them (on vLLM's CPU build: 0.16-0.41 ms a
-#: step). Held at the log's value, the replayed time between a request's tokens came out 16 %
-#: off on average (-30 to +16 %) over the calibration runs of four server starts, 17 % on
-#: their held-out runs; fitted from the windows, 10 % and 13 %.
+#: are outside that timer, and every token waits for them (on vLLM's CPU build: 0.16-0.56 ms a
+#: step over seven server starts). Held at the log's value, the replayed time between a
+#: request's tokens came out 16 % off on average (-30 to +16 %) over the calibration runs of
+#: four of those starts, 17 % on their held-out runs; fitted from the windows, 10 % and 13 %.
 CADENCE = "step_base_ms"
 
 
