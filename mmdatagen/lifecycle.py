@@ -138,6 +138,16 @@ def exit_now(code: int) -> None:
 _libc: Any = None
 
 
+def _c_library() -> Any:
+    """The C library's functions, through the process's own symbols (loaded once)."""
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
 def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only).
 
@@ -145,15 +155,10 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> boo
     pid the child expects as its parent: if that one already died before the call, exit now.
     Returns False where the platform has no such facility.
     """
-    global _libc
     if not sys.platform.startswith("linux"):
         return False
     try:
-        if _libc is None:
-            import ctypes
-
-            _libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols: libc's prctl
-        if _libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        if _c_library().prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
         return False
@@ -359,12 +364,8 @@ def large_frees_to_os(threshold: int = 1 << 20) -> bool:
     system when freed. glibc raises that threshold to the largest block freed so far (up to
     32 MiB), after which a process that churns large numpy arrays keeps their pages: merge-runs
     of a million records peaked 120 MiB higher so. False where the C library is not glibc."""
-    import ctypes
-    import ctypes.util
-
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
+        return bool(_c_library().mallopt(M_MMAP_THRESHOLD, int(threshold)))
     except (OSError, AttributeError):
         return False
 
