@@ -215,6 +215,18 @@ class Core(Generic[S, T]):
         return not self.stopped and (not ph.used() or ph.tickets > 0)
 
 
+#: slots of a paced run without a concurrency: sessions in flight are capped, not unlimited
+RATE_DEFAULT_CAP = 1024
+
+
+def slots_for(concurrency: int | None, request_rate: float | None) -> int:
+    """The slots of a run, for every driver: its concurrency, else 1 (closed loop, one session
+    at a time) or, paced by a request rate, :data:`RATE_DEFAULT_CAP`."""
+    if concurrency is not None:
+        return concurrency
+    return RATE_DEFAULT_CAP if request_rate else 1
+
+
 def phases(warmup: int, count: int | None, pacer: Pacer | None = None,
            duration: float | None = None) -> list[Phase]:
     """The run's phases: ``warmup`` requests unpaced, then ``count`` paced by ``pacer``."""

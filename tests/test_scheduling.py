@@ -21,7 +21,19 @@ from hypothesis import strategies as st
 
 from mmdatagen.analysis.concurrency import events
 from mmdatagen.arrivals import Pacer
-from mmdatagen.scheduling import DONE, HOLD, PROFILING, SEND, WAIT, WARMUP, Core, Phase, phases
+from mmdatagen.scheduling import (
+    DONE,
+    HOLD,
+    PROFILING,
+    RATE_DEFAULT_CAP,
+    SEND,
+    WAIT,
+    WARMUP,
+    Core,
+    Phase,
+    phases,
+    slots_for,
+)
 from mmdatagen.sessions import Replay, group_rows
 
 
@@ -330,3 +342,18 @@ def test_sweep_virtual_predicts_in_the_cores_order(tmp_path, run_cli):
         assert cache["measured"]["hits"] == cache["predicted"]["hits"] == hits
         assert cache["predicted"]["references"] == 40
         assert f"--in-flight {c}" in cache["predicted"]["order"]
+
+
+@pytest.mark.parametrize("concurrency,rate,slots", [
+    (4, None, 4), (4, 10.0, 4), (None, None, 1), (None, 10.0, RATE_DEFAULT_CAP)])
+def test_every_driver_takes_its_slots_from_the_core(concurrency, rate, slots, monkeypatch):
+    """One rule for the slots (the loader, ``simulate``, ``sweep --virtual``, calibrate's
+    replay): a change to the core's cap reaches each of them."""
+    from mmdatagen.loadgen import run as loader
+    from mmdatagen.loadgen import sweep
+    from mmdatagen.sim import calibrate, study
+
+    assert slots_for(concurrency, rate) == slots
+    for user in (loader, sweep, study):
+        assert user.slots_for is slots_for  # imported, not redefined
+    assert "slots_for" in calibrate.predict.__code__.co_names

@@ -17,6 +17,7 @@ from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
 from ..lifecycle import raise_stopped, rare_full_collections
 from ..metrics import NONE, RecordTable, as_table
+from ..scheduling import slots_for
 from .client import make_client
 from .dispatch import Context, Scheduler, fixed_schedule, worker
 from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
@@ -41,9 +42,6 @@ from .shard import (
 if TYPE_CHECKING:
     from ..settings.load import Load
     from ..settings.run import BenchRun
-
-RATE_DEFAULT_CAP = 1024
-
 
 @dataclass
 class BenchResult:
@@ -332,7 +330,7 @@ def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
 def _start(s: _Session, stop: Any, tasks: list) -> int:
     """Start the worker tasks (one per slot, or the fixed-schedule driver); the slot count."""
     load = s.run.load
-    n_workers = load.concurrency or (RATE_DEFAULT_CAP if load.request_rate else 1)
+    n_workers = slots_for(load.concurrency, load.request_rate)
     if stop.cancelled:
         pass  # stopped during the first scrape: no request is sent
     elif load.fixed_schedule:

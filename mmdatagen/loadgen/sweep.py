@@ -36,6 +36,7 @@ from .. import __version__
 from ..errors import RunFailed, SpecError, UserError
 from ..exportmodel import Export, GridValue, SweepDoc, SweepPoint
 from ..metrics import EXPORT_NAME, RECORDS_NAME
+from ..scheduling import slots_for
 from ..settings.load import Load
 from ..settings.report import ReportOutput
 from ..settings.run import BenchRun
@@ -217,6 +218,10 @@ def _validate(cfg: SweepConfig) -> None:
         raise SpecError("virtual", "runs the simulator's model; it takes no `url`")
     if cfg.target.virtual and load.fixed_schedule:
         raise SpecError("virtual", "does not model `fixed_schedule`")
+    if cfg.target.virtual:  # the simulator's reading of them, before any run starts
+        from ..sim.study import output_policy
+
+        output_policy(parse_extra_inputs(load.extra_inputs))
     check_sim_params(load.profile, cfg.grid)
     if cfg.search is not None:
         from .search import check_search
@@ -284,24 +289,17 @@ def _capacity(prof: Profile, cache_gb: float | None) -> float:
     return prof.cache_target().resolve(cache_gb)
 
 
-def virtual_slots(load: Load) -> int:
-    """The dispatch core's slots in a virtual run: the concurrency, else (paced) its cap."""
-    return load.concurrency or (1024 if load.request_rate else 1)
-
-
 def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) -> Export:
     """One run in virtual time: the simulator's engine, exports written like ``bench``'s."""
     from ..export import build_export, write_exports
     from ..report.aggregate import run_aggregates
-    from ..sim.virtual import OutputPolicy, run_simulation
+    from ..sim.study import output_policy
+    from ..sim.virtual import run_simulation
     from .goodput import export_goodput
 
     ld = run.load
-    extra = parse_extra_inputs(ld.extra_inputs)
-    mx = extra.get("max_completion_tokens") or extra.get("max_tokens")
-    policy = OutputPolicy(int(mx) if mx else None, int(extra.get("min_tokens") or 0),
-                          bool(extra.get("ignore_eos", False)))
-    concurrency = virtual_slots(ld)
+    policy = output_policy(parse_extra_inputs(ld.extra_inputs))
+    concurrency = slots_for(ld.concurrency, ld.request_rate)
     res = run_simulation(Path(ld.input_file), prof, _capacity(prof, run.cache.cache_size),
                          concurrency, ld.request_count, ld.warmup_request_count, policy,
                          ld.streaming, ld.request_rate, ld.arrival, ld.seed,
@@ -523,7 +521,7 @@ class _Runner:
     def _run(self, run: BenchRun, prof: Profile, what: str) -> Export:
         if self.cfg.target.virtual:
             predicted = None if run.load.no_predict else \
-                self.predictions.get(prof, run.cache.cache_size, virtual_slots(run.load))
+                self.predictions.get(prof, run.cache.cache_size, slots_for(run.load.concurrency, run.load.request_rate))
             return run_virtual(run, prof, predicted)
         from .run import finish_run, run_bench
 

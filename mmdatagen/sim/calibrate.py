@@ -475,7 +475,8 @@ def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
     """The run replayed in virtual time with ``prof`` (its dataset, concurrency or rate,
     request counts, output settings, cache target and size); None without its dataset."""
     from ..export import build_export
-    from .study import output_policy, workers_for
+    from ..scheduling import slots_for
+    from .study import output_policy
     from .virtual import run_simulation
 
     dataset = run_dataset(run)
@@ -485,7 +486,7 @@ def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
     prof = prof.for_cache(run.target.name)
     size = c.get("cache_size", c.get("cache_gb"))
     res = run_simulation(dataset, prof, prof.cache_target().resolve(size),
-                         workers_for(c.get("concurrency"), c.get("request_rate")),
+                         slots_for(c.get("concurrency"), c.get("request_rate")),
                          c.get("request_count"), int(c.get("warmup_request_count") or 0),
                          output_policy(c.get("extra_inputs") or {}),
                          bool(c.get("streaming", True)), c.get("request_rate"),

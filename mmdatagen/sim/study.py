@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError, UserError
+from ..scheduling import slots_for
 from ..settings.cache import Geometry, SimCache, SweepCache
 from ..settings.sim import Engine, VirtualRun
 from .profile import Profile
-
-RATE_DEFAULT_CAP = 1024
 
 
 def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
@@ -39,13 +38,6 @@ def engine_model(prof: Profile, geometry: Geometry | None):
     return resolve_model(prof.model, geometry.model_path, **geometry.values())
 
 
-def workers_for(concurrency: int | None, request_rate: float | None) -> int:
-    """Sessions in flight: as given, else 1 (closed loop) or the paced cap."""
-    if concurrency is not None:
-        return concurrency
-    return RATE_DEFAULT_CAP if request_rate else 1
-
-
 def output_policy(extra: dict[str, Any]):  # -> virtual.OutputPolicy
     """max_tokens / min_tokens / ignore_eos from the parsed ``--extra-inputs``."""
     from .virtual import OutputPolicy
@@ -60,7 +52,8 @@ def _opt_int(extra: dict, key: str) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "min_tokens" else 0):
-        raise SpecError("extra_inputs", f"{key} must be a positive integer")
+        kind = "a positive" if key != "min_tokens" else "a non-negative"
+        raise SpecError("extra_inputs", f"{key} must be {kind} integer")
     return v
 
 
@@ -86,7 +79,7 @@ def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: Swee
     if not Path(dataset).is_file():
         raise UserError(f"dataset {dataset} does not exist")
     extra = parse_extra_inputs(run.extra_inputs)
-    concurrency = workers_for(run.concurrency, run.request_rate)
+    concurrency = slots_for(run.concurrency, run.request_rate)
     kw = dict(concurrency=concurrency, warmup_count=run.warmup_request_count,
               policy=output_policy(extra), streaming=run.streaming,
               request_rate=run.request_rate, arrival=run.arrival, seed=run.seed,

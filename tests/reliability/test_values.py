@@ -132,6 +132,24 @@ def test_sweep_grid_rates_have_the_same_floor(tmp_path, small_dataset):
     assert res.returncode == 2 and "--request-rate must be >= 0.001" in one_error_line(res.stderr)
 
 
+@pytest.mark.parametrize("value,needle", [
+    ("max_tokens:abc", "max_tokens must be a positive integer"),  # was: a traceback
+    ("min_tokens:abc", "min_tokens must be a non-negative integer"),  # was: a traceback
+    ("max_tokens:0", "max_tokens must be a positive integer"),  # was: read as no limit
+])
+@pytest.mark.parametrize("command", ["sweep", "simulate"])
+def test_virtual_runs_read_the_output_limits_alike(tmp_path, small_dataset, value, needle,
+                                                   command):
+    """``sweep --virtual`` and ``simulate`` read max_tokens / min_tokens with one function,
+    before any run: one line, exit 2, nothing written."""
+    args = (["simulate", small_dataset, "--request-count", 2] if command == "simulate" else
+            ["sweep", "--input-file", small_dataset, "--virtual", "--concurrency", "1,2"])
+    res = run(*args, "--extra-inputs", value, "-q", "--output-dir", "out", cwd=tmp_path,
+              timeout=60)
+    assert res.returncode == 2 and needle in one_error_line(res.stderr)
+    assert listing(tmp_path) == []
+
+
 BAD = os.fsdecode(b"b\xff")
 
 
