@@ -73,7 +73,13 @@ BAND = 2.0  # sigmas: about 95 % if the fitted costs' errors are normal
 # apart, the prefills beside other requests' decodes).
 REPORTED_ONLY = {("pool zipf 320x240", 8, "ttft_p50")}
 REPEATS = 2
-# name, generator args, concurrency (calibration)
+# name, generator args, concurrency (calibration). ``two-c2`` at concurrency 3 instead was tried
+# (2026-12-02, two server starts): the log's per_seq_ms came out 0.55 +- 0.09 and 0.0 +- 0.09
+# ms, where every step of the same servers (held-out runs included) gives 0.41-0.74. On this
+# CPU build a step slows while the API server preprocesses another request's images beside it
+# (decode steps of 1 request: 5.2-10.8 ms in runs at concurrency 2, 3.6-5.0 ms at 1), and a
+# run at 2 or 3 has its fewer-request steps exactly then, so it reads as a smaller cost per
+# request. The model has no such contention term (the frontend and the steps overlap freely).
 FIT = [
     ("reuse", ["pool", "-n", "24", "--pool-size", "8", "--image-size", "448x336",
                "--text-tokens", "200", "--seed", "301"], 1),
