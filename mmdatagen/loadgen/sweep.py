@@ -520,8 +520,9 @@ class _Runner:
 
     def _run(self, run: BenchRun, prof: Profile, what: str) -> Export:
         if self.cfg.target.virtual:
-            predicted = None if run.load.no_predict else \
-                self.predictions.get(prof, run.cache.cache_size, slots_for(run.load.concurrency, run.load.request_rate))
+            ld = run.load
+            predicted = None if ld.no_predict else self.predictions.get(
+                prof, run.cache.cache_size, slots_for(ld.concurrency, ld.request_rate))
             return run_virtual(run, prof, predicted)
         from .run import finish_run, run_bench
 
