@@ -51,8 +51,8 @@ def _opt_int(extra: dict, key: str) -> int | None:
     v = extra.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < (1 if key != "min_tokens" else 0):
-        kind = "a positive" if key != "min_tokens" else "a non-negative"
+    low, kind = (0, "a non-negative") if key == "min_tokens" else (1, "a positive")
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
         raise SpecError("extra_inputs", f"{key} must be {kind} integer")
     return v
 
