@@ -90,3 +90,25 @@ def test_check_run_refuses_what_needs_several_specs(data, tmp_path):
         check_run(replace(run, load=replace(load, input_file=tmp_path / "nope.jsonl")))
     with pytest.raises(SpecError, match="required with `url`"):
         bench_run(replace(load, model=None), BenchTarget(url="http://127.0.0.1:9"))
+
+
+def test_the_specs_read_their_key_value_strings_once(data):
+    """``--extra-inputs`` and ``--header`` are parsed by the spec that holds them, once: its
+    validation refuses a bad one naming the field, and every reader shares the one parse
+    (the export's copy cannot change what the requests send)."""
+    from mmdatagen.settings.sim import VirtualRun
+
+    load = build(Load, {"input_file": data, "model": "m", "headers": ("X-A: 1:2",),
+                        "extra_inputs": ("max_tokens:5", '{"ignore_eos": true}')})
+    assert load.extras == {"max_tokens": 5, "ignore_eos": True}
+    assert load.extras is load.extras and load.header_map == {"X-A": "1:2"}
+    pub = BenchRun(load).public()
+    pub["extra_inputs"]["max_tokens"] = 99
+    assert load.extras["max_tokens"] == 5
+    assert replace(load, extra_inputs=("min_tokens:2",)).extras == {"min_tokens": 2}
+    for cls, values in ((Load, {"input_file": data, "extra_inputs": ("novalue",)}),
+                        (Load, {"input_file": data, "headers": ("nocolon",)}),
+                        (VirtualRun, {"extra_inputs": ('{"a": [1',)})):
+        with pytest.raises(SpecError) as err:
+            build(cls, values)
+        assert err.value.name == ("headers" if "headers" in values else "extra_inputs")

@@ -84,11 +84,8 @@ def check_run(run: BenchRun) -> None:
     fields, these need several specs or the disk (``setup.bench_run`` adds the simulator's
     settings, so ``ab`` checks both runs whole before either starts)."""
     from ..settings.base import validate
-    from ..settings.values import parse_extra_inputs, parse_headers
 
     load, url = run.load, run.target.url
-    parse_extra_inputs(load.extra_inputs)
-    parse_headers(load.headers)
     if not Path(load.input_file).is_file():
         raise UserError(f"input file not found: {load.input_file}")
     if load.model is None:  # setup.bench_run names the simulator's model
@@ -291,7 +288,6 @@ class _Drive:
 
 
 def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
-    from ..settings.values import parse_extra_inputs, parse_headers
     from .sessions import SessionSource
 
     load = run.load
@@ -307,7 +303,7 @@ def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
     count = load.request_count
     if fmt == "random_pool" and count is None and load.benchmark_duration is None:
         count = len(source._pool or ())  # one draw per pool entry by default
-    headers = parse_headers(load.headers)
+    headers = dict(load.header_map)
     if load.api_key:
         headers["Authorization"] = f"Bearer {load.api_key}"
     client, target = make_client(load.http_client, url, timeout_s=load.request_timeout,
@@ -315,7 +311,7 @@ def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
     endpoint = target.path_for(ENDPOINT_PATHS[load.endpoint_type])
     body_cfg = BodyConfig(model=load.model, endpoint_type=load.endpoint_type,
                           streaming=load.streaming,
-                          extra_inputs=parse_extra_inputs(load.extra_inputs))
+                          extra_inputs=dict(load.extras))
     sched = Scheduler(warmup=load.warmup_request_count, count=count, rate=load.request_rate,
                       arrival=load.arrival, duration_s=load.benchmark_duration, seed=seed,
                       burstiness=load.burstiness, ramp_to=load.ramp_to)

@@ -41,7 +41,7 @@ from ..settings.load import Load
 from ..settings.report import ReportOutput
 from ..settings.run import BenchRun
 from ..settings.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
-from ..settings.values import list_items, parse_extra_inputs
+from ..settings.values import list_items
 from .run import failed_run
 from .stats import summarize
 
@@ -221,7 +221,7 @@ def _validate(cfg: SweepConfig) -> None:
     if cfg.target.virtual:  # the simulator's reading of them, before any run starts
         from ..sim.study import output_policy
 
-        output_policy(parse_extra_inputs(load.extra_inputs))
+        output_policy(load.extras)
     check_sim_params(load.profile, cfg.grid)
     if cfg.search is not None:
         from .search import check_search
@@ -298,7 +298,7 @@ def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) 
     from .goodput import export_goodput
 
     ld = run.load
-    policy = output_policy(parse_extra_inputs(ld.extra_inputs))
+    policy = output_policy(ld.extras)
     concurrency = slots_for(ld.concurrency, ld.request_rate)
     res = run_simulation(Path(ld.input_file), prof, _capacity(prof, run.cache.cache_size),
                          concurrency, ld.request_count, ld.warmup_request_count, policy,

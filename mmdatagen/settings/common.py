@@ -1,6 +1,7 @@
 """Fields shared by several specs: one declaration per concept (name, default, help, bounds)."""
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from ..errors import SpecError
@@ -83,6 +84,21 @@ def warmup_request_count(default: int | None, help: str) -> Any:
 
 def extra_inputs(help: str) -> Any:
     return option((), "--extra-inputs", help, multiple=True, show_default=False)
+
+
+class ExtraInputs:
+    """A spec with an ``extra_inputs`` field (``KEY:VALUE`` and JSON strings, as given) reads
+    them once, here: ``extras`` is the body fields they stand for (a bad one is a
+    ``SpecError`` naming the field, raised by the spec's validation). Callers read it, never
+    change it (the spec is frozen; the dict is its one parse)."""
+
+    extra_inputs: tuple[str, ...]
+
+    @cached_property
+    def extras(self) -> dict[str, Any]:
+        from .values import parse_extra_inputs
+
+        return parse_extra_inputs(self.extra_inputs)
 
 
 def streaming() -> Any:

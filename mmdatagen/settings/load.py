@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +22,7 @@ AB_DEFAULTS = {"concurrency": None, "warmup_request_count": 3, "extra_inputs": S
 
 @spec
 @dataclass(frozen=True)
-class Load:
+class Load(common.ExtraInputs):
     """What ``bench`` and ``ab`` send, how fast, and how a run ends."""
 
     input_file: Path = option(None, "--input-file", "AIPerf custom dataset JSONL (.gz accepted).",
@@ -89,7 +90,15 @@ class Load:
                                      "/metrics scrapes during the run.", min=0, min_open=True,
                                      max=86400)
 
+    @cached_property
+    def header_map(self) -> dict[str, str]:
+        """``headers`` (``K:V`` strings, as given) parsed once; read, never changed."""
+        from .values import parse_headers
+
+        return parse_headers(self.headers)
+
     def check(self) -> None:
+        _ = self.extras, self.header_map  # parsed here: a bad one fails the spec's validation
         common.check_arrivals(self.arrival, self.burstiness, self.request_rate, self.ramp_to)
         if self.fixed_schedule and (self.warmup_request_count or self.request_rate
                                     or self.benchmark_duration):

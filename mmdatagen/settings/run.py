@@ -15,7 +15,6 @@ from typing import Any
 from .cache import BenchCache, Geometry
 from .load import BenchTarget, Load, LoadShard
 from .sim import Simulator
-from .values import parse_extra_inputs, parse_headers
 
 SECRET_HEADER = re.compile(r"authorization|api[-_]?key|token|secret|cookie", re.IGNORECASE)
 IMAGE_CACHE_BYTES = 1 << 30  # encoded images the loader keeps between requests
@@ -68,12 +67,12 @@ class BenchRun:
             "input_file": str(ld.input_file), "model": ld.model, "url": t.url,
             "dataset_type": ld.dataset_type, "concurrency": ld.concurrency,
             "request_count": ld.request_count, "warmup_request_count": ld.warmup_request_count,
-            "extra_inputs": parse_extra_inputs(ld.extra_inputs), "streaming": ld.streaming,
+            "extra_inputs": dict(ld.extras), "streaming": ld.streaming,
             "output_dir": str(t.output_dir), "request_rate": ld.request_rate,
             "arrival": ld.arrival, "burstiness": ld.burstiness, "ramp_to": ld.ramp_to,
             "benchmark_duration": ld.benchmark_duration, "request_timeout": ld.request_timeout,
             "headers": {k: ("<redacted>" if SECRET_HEADER.search(k) else v)
-                        for k, v in parse_headers(ld.headers).items()},
+                        for k, v in ld.header_map.items()},
             "endpoint_type": ld.endpoint_type, "profile": ld.profile, "cache_gb": c.cache_size,
             "cache": self.cache_name, "cache_explicit": c.cache is not None,
             "encoder_budget": c.encoder_budget, "metrics_url": t.metrics_url,

@@ -68,7 +68,7 @@ class Faults:
 
 @spec
 @dataclass(frozen=True)
-class VirtualRun:
+class VirtualRun(common.ExtraInputs):
     """``simulate``: the benchmark to predict in virtual time."""
 
     concurrency: int | None = common.concurrency("Sessions in flight, as AIPerf's --concurrency "
@@ -90,6 +90,7 @@ class VirtualRun:
     quiet: bool = common.quiet("No table.")
 
     def check(self) -> None:
+        _ = self.extras  # parsed here: a bad one fails the spec's validation
         common.check_arrivals(self.arrival, self.burstiness, self.request_rate, self.ramp_to)
 
 

@@ -73,12 +73,10 @@ class Study:
 def simulate_dataset(dataset: Path, engine: Engine, cache: SimCache, sweep: SweepCache,
                      run: VirtualRun, geometry: Geometry | None = None) -> Study:
     """Run ``simulate``: the export of one virtual run, or one row per swept cache size."""
-    from ..settings.values import parse_extra_inputs
-
     prof = load_engine_profile(engine, cache)
     if not Path(dataset).is_file():
         raise UserError(f"dataset {dataset} does not exist")
-    extra = parse_extra_inputs(run.extra_inputs)
+    extra = dict(run.extras)
     concurrency = slots_for(run.concurrency, run.request_rate)
     kw = dict(concurrency=concurrency, warmup_count=run.warmup_request_count,
               policy=output_policy(extra), streaming=run.streaming,
