@@ -149,6 +149,17 @@ def _ttft_split_lines(cache: dict) -> list[str]:
     return out
 
 
+def _stage_lines(export: dict) -> list[str]:
+    """Where a request's time went on the server (``server_stages``), when it said."""
+    st = export.get("server_stages") or {}
+    if not st.get("available"):
+        return []
+    avg = st["avg_ms"]
+    return [f"Server stages, mean per request: frontend {_fmt(avg['frontend'])} ms, queue "
+            f"{_fmt(avg['queue'])} ms, prefill {_fmt(avg['prefill'])} ms, decode "
+            f"{_fmt(avg['decode'])} ms (n={st['requests']:,}, warmup included)"]
+
+
 def _error_lines(export: dict) -> list[str]:
     out = fault_lines(export.get("engine_faults"))
     for e in export.get("error_summary") or []:
@@ -163,5 +174,6 @@ def _error_lines(export: dict) -> list[str]:
 def console_table(export: dict) -> str:
     """AIPerf-style console table: per-request metrics with avg/min/max/p99/p90/p50/std."""
     cache = export.get("image_cache") or {}
-    extra = _hit_lines(cache) + _ttft_split_lines(cache) + _error_lines(export)
+    extra = (_hit_lines(cache) + _ttft_split_lines(cache) + _stage_lines(export)
+             + _error_lines(export))
     return "\n".join(_align(_metric_rows(export)) + ([""] + extra if extra else []))

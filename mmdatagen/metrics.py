@@ -279,6 +279,23 @@ def stats_block(values: Sequence[float], unit: str) -> StatsBlock:
     return block  # type: ignore[return-value]
 
 
+#: where a request's time goes on the server, as vLLM's request histograms split it: before
+#: the scheduler (rendering, preprocessing, the hand-over), waiting in its queue, scheduled to
+#: first token, first to last token
+STAGES = ("frontend", "queue", "prefill", "decode")
+
+
+def stage_block(sums_ms: dict[str, float], requests: int, clock: str) -> dict[str, Any]:
+    """The export's ``server_stages``: mean ms per request of each of :data:`STAGES` (and
+    their first three summed: the server's own time to first token) from their sums."""
+    if requests <= 0:
+        return {"available": False, "reason": "no request finished"}
+    avg = {k: round(sums_ms[k] / requests, 3) for k in STAGES}
+    avg["ttft"] = round(sum(sums_ms[k] for k in STAGES[:3]) / requests, 3)
+    return {"available": True, "requests": requests, "avg_ms": avg,
+            "note": f"{clock}; includes warmup requests and any other traffic"}
+
+
 def _run_block(value: float | int | None, unit: str) -> RunBlock:
     return {"unit": unit, "avg": value}
 

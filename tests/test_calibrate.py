@@ -407,3 +407,23 @@ def test_calibrate_with_an_engine_log(runs, tmp_path, between):
                          "--base-profile", known, "--engine-log", empty)
     assert code == 2 and "--enable-logging-iteration-details" in text
     assert len(text.strip().splitlines()) == 1 and not (tmp_path / "g.yaml").exists()
+
+
+def test_the_report_shows_the_servers_stages_measured_and_replayed(runs, tmp_path):
+    """Runs whose server reported where a request's time goes (``server_stages``: here the
+    known profile's simulator) are shown stage by stage against the fitted profile's replay;
+    a fit that recovers the costs replays the stages too."""
+    from mmdatagen.metrics import STAGES
+
+    known = runs[TRAIN[0]].parent / "known.yaml"
+    code, text = _invoke("calibrate", *(runs[k] for k in TRAIN), "-o", tmp_path / "f.yaml",
+                         "--base-profile", known, "--holdout", str(runs[HELD_OUT[0]]))
+    assert code == 0, text
+    head, table = text.split("where a request's time goes on the server")
+    lines = [line for line in table.splitlines() if "/run_" in line]
+    assert len(lines) == len(TRAIN) + 1 and "run_c_8_4" in lines[-1]
+    for line in lines:
+        cells = [c.split("/") for c in line.split()[1:]]
+        assert len(cells) == len(STAGES), line
+        for measured, replayed in ((float(a), float(b)) for a, b in cells):
+            assert replayed == pytest.approx(measured, rel=0.1, abs=1.0), line

@@ -356,4 +356,4 @@ def test_every_driver_takes_its_slots_from_the_core(concurrency, rate, slots, mo
     assert slots_for(concurrency, rate) == slots
     for user in (loader, sweep, study):
         assert user.slots_for is slots_for  # imported, not redefined
-    assert "slots_for" in calibrate.predict.__code__.co_names
+    assert "slots_for" in calibrate.replay.__code__.co_names

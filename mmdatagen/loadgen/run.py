@@ -480,6 +480,7 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool
                           wall_offset_ns=d.wall_offset, predicted=predicted, scraped=scraped,
                           wall_span_ns=span)
     export["server_metrics_timeseries"] = series
+    export["server_stages"] = d.sampler.stages()
     if run.slos:
         from .goodput import export_goodput
 

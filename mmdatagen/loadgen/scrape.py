@@ -40,6 +40,21 @@ GAUGES: dict[str, str] = {
     "mmdatagen_sim_requests_waiting": "waiting", "vllm:num_requests_waiting": "waiting",
     "dynamo_frontend_queued_requests": "waiting",
 }
+#: where a request's time goes on the server (``metrics.STAGES``, its own clock), summed over
+#: requests: vLLM's histograms and the simulator's sums of the same stages -> our key
+STAGE_SUMS: dict[str, str] = {
+    "vllm:time_to_first_token_seconds_sum": "stage_ttft_s",
+    "vllm:time_to_first_token_seconds_count": "stage_ttft_n",
+    "vllm:request_queue_time_seconds_sum": "stage_queue_s",
+    "vllm:request_prefill_time_seconds_sum": "stage_prefill_s",
+    "vllm:request_decode_time_seconds_sum": "stage_decode_s",
+    "vllm:request_queue_time_seconds_count": "stage_n",
+    "mmdatagen_sim_time_to_first_token_seconds_sum": "stage_ttft_s",
+    "mmdatagen_sim_request_queue_time_seconds_sum": "stage_queue_s",
+    "mmdatagen_sim_request_prefill_time_seconds_sum": "stage_prefill_s",
+    "mmdatagen_sim_request_decode_time_seconds_sum": "stage_decode_s",
+    "mmdatagen_sim_request_stages_count": "stage_n",
+}
 # (source label, hits key, misses key or None, queries key or None, evictions key or None):
 # the run's cache target names its family; otherwise the first present wins
 FAMILIES = (("simulator /metrics", "sim_hits", "sim_misses", None, "sim_evictions"),
@@ -58,7 +73,7 @@ def parse_metrics(text: str) -> dict[str, float]:
         if not line or line[0] == "#":
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        key = COUNTERS.get(name) or GAUGES.get(name)
+        key = COUNTERS.get(name) or GAUGES.get(name) or STAGE_SUMS.get(name)
         if key is None:
             continue
         try:
@@ -152,6 +167,26 @@ def counter_delta(before: dict | None, after: dict | None,
     return out
 
 
+def stage_delta(before: dict | None, after: dict | None) -> dict[str, Any]:
+    """Where the run's requests spent their time on the server (``metrics.stage_block``), from
+    two scrapes of its stage sums (:data:`STAGE_SUMS`). vLLM's time to first token starts
+    when it begins rendering the request (its body read), so the frontend's is that less
+    queue and prefill."""
+    from ..metrics import stage_block
+
+    if not before or not after or "stage_n" not in after:
+        return {"available": False,
+                "reason": "the server's /metrics has no request stage times"}
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after if k.startswith("stage_")}
+    n = int(round(d.get("stage_n", 0.0)))
+    if n <= 0:
+        return {"available": False, "reason": "no request finished between the two scrapes"}
+    sums = {k: 1000.0 * d.get(f"stage_{k}_s", 0.0) for k in ("queue", "prefill", "decode")}
+    ttft = 1000.0 * d.get("stage_ttft_s", 0.0) * n / max(d.get("stage_ttft_n", n), 1.0)
+    sums["frontend"] = ttft - sums["queue"] - sums["prefill"]
+    return stage_block(sums, n, "the server's own clock")
+
+
 class MetricsSampler:
     """Scrapes ``/metrics`` every ``interval_s`` seconds while a run is under way.
 
@@ -228,6 +263,12 @@ class MetricsSampler:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def stages(self) -> dict[str, Any]:
+        """The run's request stages (:func:`stage_delta`) from the first and last scrape."""
+        if len(self.samples) < 2:
+            return {"available": False, "reason": self.unavailable or "fewer than two scrapes"}
+        return stage_delta(self.samples[0][1], self.samples[-1][1])
 
     def series(self, base_ns: int | None, scale: float = 1.0) -> dict[str, Any]:
         """The export block: aligned to ``base_ns`` (first profiling start), simulated seconds."""

@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,6 +67,9 @@ from ..metrics import NONE, RecordTable
 from .calibrate_steps import STEP_PARAMS, Steps, read_steps, step_rows
 from .calibrate_terms import TextTokens, run_dataset
 from .profile import Profile
+
+if TYPE_CHECKING:
+    from .virtual import SimResult
 
 PARAMS = ("frontend_request_ms", "step_base_ms", "per_seq_ms", "per_prefill_token_ms",
           "frontend_image_ms", "per_encoder_image_ms", "per_encoder_token_ms",
@@ -92,6 +95,8 @@ class Run:
     hits: int
     #: embedding tokens of the images encoded (from the dataset), None when not at hand
     encoded_tokens: np.ndarray | None = None
+    #: the export's ``server_stages`` means (ms per request), None when the server gave none
+    stages: dict[str, float] | None = None
 
     @property
     def profiling(self) -> np.ndarray:
@@ -110,9 +115,12 @@ def load_run(path: Path, default_cache: str) -> Run:
     if not (path / RECORDS_NAME).is_file():
         raise UserError(f"{path}: no {RECORDS_NAME} (give the folder bench or simulate wrote)")
     config: dict = {}
+    stages = None
     if (path / EXPORT_NAME).is_file():
         try:
-            config = orjson.loads((path / EXPORT_NAME).read_bytes()).get("input_config") or {}
+            export = orjson.loads((path / EXPORT_NAME).read_bytes())
+            config = export.get("input_config") or {}
+            stages = (export.get("server_stages") or {}).get("avg_ms")
         except (orjson.JSONDecodeError, AttributeError):
             raise UserError(f"{path / EXPORT_NAME}: not an export") from None
     table = read_records(path / RECORDS_NAME)
@@ -121,7 +129,8 @@ def load_run(path: Path, default_cache: str) -> Run:
         raise UserError(f"{path}: no successful requests")
     target = get_target(str(config.get("cache") or default_cache))
     processed, encoded, hits = _image_work(path, table, target)
-    return Run(path, config, target, table, processed, encoded, hits)
+    return Run(path, config, target, table, processed, encoded, hits,
+               stages=stages if isinstance(stages, dict) else None)
 
 
 def _image_work(path: Path, t: RecordTable, target: CacheTarget
@@ -472,9 +481,17 @@ def _headline(export: dict) -> dict[str, float | None]:
 
 
 def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
+    """The run's TTFT p50 and throughput replayed with ``prof`` (:func:`replay`); None without
+    its dataset."""
+    from ..export import build_export
+
+    res = replay(run, prof)
+    return None if res is None else _headline(build_export(res.records, input_config={}))
+
+
+def replay(run: Run, prof: Profile) -> SimResult | None:
     """The run replayed in virtual time with ``prof`` (its dataset, concurrency or rate,
     request counts, output settings, cache target and size); None without its dataset."""
-    from ..export import build_export
     from ..scheduling import slots_for
     from .study import output_policy
     from .virtual import run_simulation
@@ -485,13 +502,12 @@ def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
     c = run.config
     prof = prof.for_cache(run.target.name)
     size = c.get("cache_size", c.get("cache_gb"))
-    res = run_simulation(dataset, prof, prof.cache_target().resolve(size),
+    return run_simulation(dataset, prof, prof.cache_target().resolve(size),
                          slots_for(c.get("concurrency"), c.get("request_rate")),
                          c.get("request_count"), int(c.get("warmup_request_count") or 0),
                          output_policy(c.get("extra_inputs") or {}),
                          bool(c.get("streaming", True)), c.get("request_rate"),
                          c.get("arrival") or "poisson", int(c.get("seed") or 0))
-    return _headline(build_export(res.records, input_config={}))
 
 
 def predict_interval(run: Run, prof: Profile, centre: dict[str, float | None]
@@ -576,12 +592,17 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
 
 def _residual(run: Run, prof: Profile, fitted: bool) -> dict[str, Any]:
     """The run measured and replayed with ``prof``; a held-out run's prediction with its
-    interval (``predict_interval``)."""
-    predicted = predict(run, prof)
+    interval (``predict_interval``); the server's stages measured and replayed."""
+    from ..export import build_export
+
+    res = replay(run, prof)
+    predicted = None if res is None else _headline(build_export(res.records, input_config={}))
     interval = (predict_interval(run, prof, predicted) if predicted is not None and not fitted
                 else None)
+    replayed = None if res is None or res.engine is None else res.engine.stages().get("avg_ms")
     return {"run": str(run.path), "hits": run.hits, "measured": measured(run),
-            "predicted": predicted, "fitted": fitted, "interval": interval}
+            "predicted": predicted, "fitted": fitted, "interval": interval,
+            "stages": {"measured": run.stages, "replayed": replayed}}
 
 
 #: the step cost the records' decode windows give even beside an engine log: a step's constant.
@@ -692,6 +713,24 @@ def report_lines(cal: Calibration) -> list[str]:
         lines.append(_residual_line(row))
     if any(row["predicted"] is None for row in cal.residuals):
         lines.append("(pred -: the run's dataset is not at hand to replay it)")
+    return lines + _stage_lines(cal.residuals)
+
+
+def _stage_lines(residuals: list[dict[str, Any]]) -> list[str]:
+    """Per run whose server reported its request stages (``server_stages``): each stage's mean
+    ms measured against replayed, where the model's time goes wrong (not fitted)."""
+    from ..metrics import STAGES
+
+    rows = [r for r in residuals if r["stages"]["measured"] and r["stages"]["replayed"]]
+    if not rows:
+        return []
+    lines = ["where a request's time goes on the server, mean ms measured / replayed "
+             "(the server's /metrics, warmup included; not fitted):",
+             f"{'run':32} " + " ".join(f"{k:>15}" for k in STAGES)]
+    for r in rows:
+        m, p = r["stages"]["measured"], r["stages"]["replayed"]
+        lines.append(f"{_short(r['run']):32} "
+                     + " ".join(f"{_num(m.get(k)):>7}/{_num(p.get(k)):<7}" for k in STAGES))
     return lines
 
 

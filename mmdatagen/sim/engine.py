@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..caches import CacheModel, CacheTarget
 from ..io.imageref import front_budget, image_flags, make_target_cache, request_items
+from ..metrics import STAGES, stage_block
 from ..vlm import VisionModel
 from .profile import Profile
 
@@ -40,6 +41,7 @@ class SimRequest:
     """A request inside the engine; times are in the driver's clock (ms)."""
 
     __slots__ = (
+        "admit_t",
         "arrival",
         "done",
         "emitted",
@@ -54,6 +56,7 @@ class SimRequest:
         "notify",
         "prefilled",
         "prompt_tokens",
+        "ready_t",
         "rid",
         "tag",
         "target_tokens",
@@ -69,6 +72,8 @@ class SimRequest:
         self.prompt_tokens = text_tokens + sum(im.prompt_tokens for im in images)
         self.target_tokens = max(1, target_tokens)
         self.arrival = arrival
+        self.ready_t: float | None = None  # through the frontend: the engine has it
+        self.admit_t: float | None = None  # first scheduled
         self.prefilled = 0
         self.emitted = 0
         self.first_token_t: float | None = None
@@ -137,6 +142,9 @@ class Engine:
         self.encoded_images = 0
         self._scheduled: list[SimRequest] = []
         self._encoded_step: list[SimRequest] = []
+        #: completed requests' time in each stage, summed (ms; ``metrics.STAGES``), their count
+        self.stage_ms = dict.fromkeys(STAGES, 0.0)
+        self.staged = 0
 
     # -- frontend -------------------------------------------------------------------------
     def _lookup(self, req: SimRequest) -> list[bool]:
@@ -167,6 +175,10 @@ class Engine:
         looked up on arrival (vLLM's processor cache) is consulted here, and a hit skips the
         image's preprocessing. Image decoding runs on the serial frontend, or first on the
         decoder pool when the profile has one (``decode_workers``)."""
+        req.ready_t = self._frontend(req, now)
+        return req.ready_t
+
+    def _frontend(self, req: SimRequest, now: float) -> float:
         p = self.p
         fetch = p.url_fetch_ms if any(im.is_url for im in req.images) else 0.0
         ready = now + fetch
@@ -202,9 +214,11 @@ class Engine:
         return not self.waiting and not self.running
 
     # -- steps ----------------------------------------------------------------------------
-    def _admit(self, req: SimRequest) -> tuple[int, int]:
-        """Schedule-time cache lookups; returns the encoder work (tokens, images). With a cache
-        looked up on arrival, every image is encoded (that cache holds processed pixels)."""
+    def _admit(self, req: SimRequest, now: float) -> tuple[int, int]:
+        """Schedule ``req`` at ``now``: its schedule-time cache lookups; returns the encoder work
+        (tokens, images). With a cache looked up on arrival, every image is encoded (that cache
+        holds processed pixels)."""
+        req.admit_t = now
         if self.encoder is not None:  # beside a cache looked up on arrival
             flags = self.encoder.lookup(req.rid, [(im.key, im.tokens) for im in req.images])
         elif self.target.lookup == "arrival":
@@ -250,7 +264,7 @@ class Engine:
         frac = p.encoder_async_fraction
         while waiting and budget > 0 and len(running) < p.max_running:
             r = waiting.popleft()
-            t, n = self._admit(r)
+            t, n = self._admit(r, now)
             running.append(r)
             cost = p.per_encoder_token_ms * t + p.per_encoder_image_ms * n
             if frac and cost:
@@ -314,11 +328,29 @@ class Engine:
         if finished:
             self.running = [r for r in self.running if not r.done]
             self.completed += len(finished)
+            for r in finished:
+                self._stages(r)
             if self.target.present == "completion":
                 for r in finished:
                     self._finish(r)
         self._scheduled.clear()
         return finished
+
+    def _stages(self, r: SimRequest) -> None:
+        """Add a completed request's stages (as vLLM's histograms split a request: before the
+        scheduler, waiting in it, scheduled to first token, first token to last)."""
+        if r.ready_t is None or r.admit_t is None or r.first_token_t is None or r.end_t is None:
+            return
+        ms = self.stage_ms
+        ms["frontend"] += r.ready_t - r.arrival
+        ms["queue"] += max(0.0, r.admit_t - r.ready_t)
+        ms["prefill"] += r.first_token_t - max(r.admit_t, r.ready_t)
+        ms["decode"] += r.end_t - r.first_token_t
+        self.staged += 1
+
+    def stages(self) -> dict:
+        """The export's ``server_stages`` block of the requests completed so far."""
+        return stage_block(self.stage_ms, self.staged, "the simulator's clock (simulated ms)")
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request (client went away); its slot frees at the next step."""
@@ -340,7 +372,8 @@ class Engine:
         """Zero-delay path: admit, finish and register ``req`` at once (no steps, no queue)."""
         if self.target.lookup == "arrival":
             self._lookup(req)
-        self._admit(req)
+        req.ready_t = now
+        self._admit(req, now)
         self._encoded_step.clear()
         self._finish(req)
         if self.encoder is not None:
@@ -350,3 +383,4 @@ class Engine:
         req.first_token_t = req.end_t = now
         req.done = True
         self.completed += 1
+        self._stages(req)

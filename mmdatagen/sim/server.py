@@ -263,6 +263,13 @@ class SimServer:
             ("engine_step_configured_seconds_total", "counter", self.driver.configured_s),
             ("engine_emission_late_seconds_total", "counter", self.driver.late_s),
             ("faults_injected_total", "counter", None),
+            # where completed requests' time went (simulated seconds), named as vLLM's histograms
+            ("time_to_first_token_seconds_sum", "counter",
+             sum(e.stage_ms[k] for k in ("frontend", "queue", "prefill")) / 1000.0),
+            ("request_queue_time_seconds_sum", "counter", e.stage_ms["queue"] / 1000.0),
+            ("request_prefill_time_seconds_sum", "counter", e.stage_ms["prefill"] / 1000.0),
+            ("request_decode_time_seconds_sum", "counter", e.stage_ms["decode"] / 1000.0),
+            ("request_stages_count", "counter", e.staged),
         ]
         out = []
         for name, kind, value in rows:

@@ -123,6 +123,7 @@ def _one(dataset: Path, prof: Profile, cache: SimCache, run: VirtualRun, extra: 
                           run_info={"simulated": True, "clock": "virtual",
                                     "note": "mmdatagen simulator: a performance model",
                                     "embedding_cache": counters, "engine_steps": engine.steps})
+    export["server_stages"] = engine.stages()
     if run.output_dir is not None:
         write_exports(Path(run.output_dir), res.records, export)
     return Study(export=export, cache=counters, profile=prof.name)
