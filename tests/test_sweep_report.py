@@ -323,6 +323,9 @@ def test_bench_report_in_headless_chromium(tmp_path, run_cli):
                            ("goodput.avg", "goodput", "avg"),
                            ("request_count.avg", "request_count", "avg")):
         assert float(cells[key]) == pytest.approx(ex[tag][stat]), key
+    assert ex["server_stages"]["available"]  # the simulator's stages, shown as the export has them
+    assert float(cells["stages.requests"]) == ex["server_stages"]["requests"] == 16
+    assert float(cells["stages.ttft"]) == pytest.approx(ex["server_stages"]["avg_ms"]["ttft"])
     # the numbers are shown as the page's text, formatted as the export holds them
     assert f"{ex['output_token_throughput']['avg']:,.2f}" in v["text"]
     assert f"{ex['request_count']['avg']:,}" in v["text"]

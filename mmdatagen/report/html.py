@@ -328,10 +328,35 @@ def runs_report(kind: ReportKind, runs: F.Runs, title: str,
     faults = _faults_section(runs)
     if faults:
         rep.add("Engine faults", faults)
+    stages = _stages_section(runs)
+    if stages:
+        rep.add("Server stages", stages)
     srv = _server_note(runs)
     if srv:
         rep.add("Server metrics", f'<p class="note">{escape(srv)}</p>')
     return rep
+
+
+def _stages_section(runs: F.Runs) -> str:
+    """Where each run's requests spent their time on the server (``server_stages``)."""
+    from ..metrics import STAGES
+
+    rows = []
+    for label, ex in runs:
+        st = ex.get("server_stages") or {}
+        if st.get("available"):
+            avg = st["avg_ms"]
+            rows.append(f"<tr><td>{escape(label)}</td>"
+                        + "".join(cell(avg.get(k), f"stages.{k}") for k in (*STAGES, "ttft"))
+                        + cell(st.get("requests"), "stages.requests") + "</tr>")
+    if not rows:
+        return ""
+    return (table(["Run", "Frontend (ms)", "Queue (ms)", "Prefill (ms)", "Decode (ms)",
+                   "Server TTFT (ms)", "Requests"], rows)
+            + '<p class="note">Mean per request on the server\'s own clock (vLLM\'s request '
+              "histograms, or the simulator's), warmup included: before the scheduler "
+              "(rendering, image loading and preprocessing), waiting in its queue, scheduled "
+              "to first token, first to last token.</p>")
 
 
 def _timeline_note(ex: dict[str, Any]) -> str:
