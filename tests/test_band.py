@@ -422,8 +422,9 @@ def test_chunked_band_contains_the_engines_hits(run, name, keep, ordered, sets):
 def test_chunked_band_by_sets_holds_the_band_by_orders(data, name, capacity, joined):
     """A group searched by sets (its items released in any order at the next group's first
     cut) is a bound: it holds the band over every order of its members, with the states of
-    a set joined past ``SET_KEEP`` or never."""
-    n = data.draw(st.integers(3, 7))
+    a set joined past ``SET_KEEP`` or never. Up to 6 requests (720 orders each; 7 took 23-45 s
+    of the fast suite): the found cases below have 6 and 7."""
+    n = data.draw(st.integers(3, 6))
     pool = data.draw(st.integers(2, 5))
     sizes = data.draw(st.lists(st.sampled_from([1, 2, 3]), min_size=pool, max_size=pool))
     keys = [data.draw(st.lists(st.integers(0, pool - 1), max_size=2)) for _ in range(n)]
