@@ -179,6 +179,7 @@ def test_virtual_sweep_writes_json_csv_report_and_resumes(tmp_path, run_cli):
             ex = orjson.loads((tmp_path / run["dir"] / "profile_export_mmdatagen.json")
                               .read_bytes())
             assert ex["good_request_count"]["avg"] == 24 and ex["timeline"]["t_s"]
+            assert ex["server_stages"]["requests"] == 24  # the virtual engine's own stages
     html = (out / "report.html").read_text()
     assert "Sweep table" in html and "Pareto" in html and "Hit rate against cache size" in html
     assert "<script src" not in html and "http://" not in html and "https://" not in html

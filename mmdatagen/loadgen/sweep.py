@@ -312,6 +312,7 @@ def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) 
                                     "note": "mmdatagen simulator: a performance model",
                                     "embedding_cache": res.engine.cache.counters()},
                           predicted=predicted)
+    export["server_stages"] = res.engine.stages()
     if run.slos:
         export.update(export_goodput(res.records, export, dict(run.slos)))
     export.update(run_aggregates(res.records))

@@ -503,11 +503,11 @@ def replay(run: Run, prof: Profile) -> SimResult | None:
     prof = prof.for_cache(run.target.name)
     size = c.get("cache_size", c.get("cache_gb"))
     return run_simulation(dataset, prof, prof.cache_target().resolve(size),
-                         slots_for(c.get("concurrency"), c.get("request_rate")),
-                         c.get("request_count"), int(c.get("warmup_request_count") or 0),
-                         output_policy(c.get("extra_inputs") or {}),
-                         bool(c.get("streaming", True)), c.get("request_rate"),
-                         c.get("arrival") or "poisson", int(c.get("seed") or 0))
+                          slots_for(c.get("concurrency"), c.get("request_rate")),
+                          c.get("request_count"), int(c.get("warmup_request_count") or 0),
+                          output_policy(c.get("extra_inputs") or {}),
+                          bool(c.get("streaming", True)), c.get("request_rate"),
+                          c.get("arrival") or "poisson", int(c.get("seed") or 0))
 
 
 def predict_interval(run: Run, prof: Profile, centre: dict[str, float | None]
