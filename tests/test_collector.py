@@ -27,7 +27,9 @@ def test_a_callers_freeze_outlives_the_block():
         frozen = gc.get_freeze_count()
         with rare_full_collections():
             assert gc.get_threshold()[2] >= 1 << 30
-        assert gc.get_freeze_count() == frozen  # not released by the block
+        # not released by the block (that would leave 0); a frozen object may die meanwhile,
+        # another thread's included (CI saw 531,374 of 531,376 left)
+        assert gc.get_freeze_count() > 0.99 * frozen
     finally:
         gc.unfreeze()
 
