@@ -483,9 +483,13 @@ def _headline(export: dict) -> dict[str, float | None]:
 def predict(run: Run, prof: Profile) -> dict[str, float | None] | None:
     """The run's TTFT p50 and throughput replayed with ``prof`` (:func:`replay`); None without
     its dataset."""
+    return _replayed(replay(run, prof))
+
+
+def _replayed(res: SimResult | None) -> dict[str, float | None] | None:
+    """A replay's TTFT p50 and throughput (None: no replay)."""
     from ..export import build_export
 
-    res = replay(run, prof)
     return None if res is None else _headline(build_export(res.records, input_config={}))
 
 
@@ -593,10 +597,8 @@ def calibrate(paths: list[Path], output: Path, base_profile: str | None = None,
 def _residual(run: Run, prof: Profile, fitted: bool) -> dict[str, Any]:
     """The run measured and replayed with ``prof``; a held-out run's prediction with its
     interval (``predict_interval``); the server's stages measured and replayed."""
-    from ..export import build_export
-
     res = replay(run, prof)
-    predicted = None if res is None else _headline(build_export(res.records, input_config={}))
+    predicted = _replayed(res)
     interval = (predict_interval(run, prof, predicted) if predicted is not None and not fitted
                 else None)
     replayed = None if res is None or res.engine is None else res.engine.stages().get("avg_ms")
