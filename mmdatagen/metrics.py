@@ -280,8 +280,9 @@ def stats_block(values: Sequence[float], unit: str) -> StatsBlock:
 
 
 #: where a request's time goes on the server, as vLLM's request histograms split it: before
-#: the scheduler (rendering, preprocessing, the hand-over), waiting in its queue, scheduled to
-#: first token, first to last token
+#: the scheduler (rendering, preprocessing, the hand-over, and the wait for the engine's step
+#: under way to end: vLLM's engine takes new requests in between steps), waiting in its queue,
+#: scheduled to first token, first to last token
 STAGES = ("frontend", "queue", "prefill", "decode")
 
 

@@ -36,6 +36,20 @@ def test_one_request_at_a_time_by_hand(tmp_path):
                                "ttft": 12.0}
 
 
+def test_a_request_ready_mid_step_waits_for_the_step_before_the_frontend_stage_ends(tmp_path):
+    """As vLLM's engine reads new requests only between steps (and stamps them queued then):
+    two requests at once, a serial 7 ms frontend, 5 ms steps. The first is ready at 7 and
+    prefills 7-12; the second is ready at 14, inside the step 12-17, so its time before the
+    scheduler runs to 17 (17 ms, not 14), and it is scheduled at once (queue 0, not 3)."""
+    prof = fast_profile(step_base_ms=5.0, frontend_request_ms=7.0)
+    turns = load_turns(_dataset(tmp_path, 2, 20), prof)
+    res = simulate(turns, prof, 0.0, concurrency=2, request_count=2, warmup_count=0,
+                   policy=OutputPolicy(4, 4, True))
+    assert [r.first_token_ns // 1_000_000 for r in res.records] == [12, 22]
+    assert res.engine.stages()["avg_ms"] == {"frontend": 12.0, "queue": 0.0, "prefill": 5.0,
+                                             "decode": 15.0, "ttft": 17.0}
+
+
 @settings(max_examples=25, deadline=None)
 @given(concurrency=st.integers(1, 6), frontend=st.sampled_from([0.0, 3.0, 11.0]),
        step=st.sampled_from([1.0, 4.0]), per_token=st.sampled_from([0.0, 0.002]),

@@ -56,6 +56,7 @@ class SimRequest:
         "notify",
         "prefilled",
         "prompt_tokens",
+        "queued_t",
         "ready_t",
         "rid",
         "tag",
@@ -73,6 +74,7 @@ class SimRequest:
         self.target_tokens = max(1, target_tokens)
         self.arrival = arrival
         self.ready_t: float | None = None  # through the frontend: the engine has it
+        self.queued_t: float | None = None  # taken into the scheduler (the step boundary after)
         self.admit_t: float | None = None  # first scheduled
         self.prefilled = 0
         self.emitted = 0
@@ -142,6 +144,7 @@ class Engine:
         self.encoded_images = 0
         self._scheduled: list[SimRequest] = []
         self._encoded_step: list[SimRequest] = []
+        self._fresh: list[SimRequest] = []  # added since the last step began: not yet queued
         #: completed requests' time in each stage, summed (ms; ``metrics.STAGES``), their count
         self.stage_ms = dict.fromkeys(STAGES, 0.0)
         self.staged = 0
@@ -206,8 +209,10 @@ class Engine:
         return done
 
     def add(self, req: SimRequest) -> None:
-        """Put a request (past the frontend) in the waiting queue."""
+        """Put a request (past the frontend) in the waiting queue. The scheduler takes it in when
+        the next step begins (vLLM's engine reads new requests between steps)."""
         self.waiting.append(req)
+        self._fresh.append(req)
 
     @property
     def idle(self) -> bool:
@@ -238,6 +243,9 @@ class Engine:
         """Schedule one step starting at ``now`` (ms) and return its duration in ms; None when
         nothing can run now (idle, or blocked on the encoder: see :meth:`next_wake`)."""
         p = self.p
+        for r in self._fresh:
+            r.queued_t = now
+        self._fresh.clear()
         budget = p.token_budget
         scheduled = self._scheduled
         scheduled.clear()
@@ -337,14 +345,15 @@ class Engine:
         return finished
 
     def _stages(self, r: SimRequest) -> None:
-        """Add a completed request's stages (as vLLM's histograms split a request: before the
-        scheduler, waiting in it, scheduled to first token, first token to last)."""
-        if r.ready_t is None or r.admit_t is None or r.first_token_t is None or r.end_t is None:
+        """Add a completed request's stages as vLLM's histograms split a request: before the
+        scheduler (the frontend, then waiting for the step under way to end), waiting in it,
+        scheduled to first token, first token to last."""
+        if r.queued_t is None or r.admit_t is None or r.first_token_t is None or r.end_t is None:
             return
         ms = self.stage_ms
-        ms["frontend"] += r.ready_t - r.arrival
-        ms["queue"] += max(0.0, r.admit_t - r.ready_t)
-        ms["prefill"] += r.first_token_t - max(r.admit_t, r.ready_t)
+        ms["frontend"] += r.queued_t - r.arrival
+        ms["queue"] += max(0.0, r.admit_t - r.queued_t)
+        ms["prefill"] += r.first_token_t - max(r.admit_t, r.queued_t)
         ms["decode"] += r.end_t - r.first_token_t
         self.staged += 1
 
@@ -372,7 +381,7 @@ class Engine:
         """Zero-delay path: admit, finish and register ``req`` at once (no steps, no queue)."""
         if self.target.lookup == "arrival":
             self._lookup(req)
-        req.ready_t = now
+        req.ready_t = req.queued_t = now
         self._admit(req, now)
         self._encoded_step.clear()
         self._finish(req)
