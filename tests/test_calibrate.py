@@ -365,6 +365,57 @@ def test_the_engine_log_gives_the_step_costs(tmp_path):
     assert "per_encoder_token_ms" not in held.from_log
 
 
+def _chunked_steps(k: dict[str, float], budget: int, seed: int = 1):
+    """Steps of one request at a time (as at concurrency 1) whose prompts of 1,000-5,000 tokens
+    are chunked at ``budget``; a continued chunk attends the earlier ones, as in the engine."""
+    from mmdatagen.sim.calibrate_steps import Steps
+
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def step(c: int, t: int, g: int, pairs: float) -> None:
+        ms = (k["step_base_ms"] + k["per_seq_ms"] * g + k["per_prefill_token_ms"] * t
+              + k["per_prefill_context_ms"] * pairs / 1000 + k["per_prefill_request_ms"] * c)
+        rows.append((c, t, g, ms * (1 + rng.normal(0, 0.02))))
+
+    for _ in range(120):
+        left, done = int(rng.integers(1000, 5000)), 0
+        while left:
+            g = int(rng.integers(0, 3))  # other requests' decode tokens share the budget
+            chunk = min(left, budget - g)
+            step(1, chunk, g, chunk * (done + chunk / 2))
+            left, done = left - chunk, done + chunk
+        step(2, 400, 0, 400 * 400 / 4)  # two short prompts of 200 tokens
+        for g in (1, 2, 3):
+            step(0, 0, g, 0.0)
+    a = np.array(rows, dtype=float)
+    zero = np.zeros(len(a))
+    return Steps(a[:, 0], a[:, 1], a[:, 2], zero, zero, a[:, 3])
+
+
+def test_a_continued_chunk_attends_the_earlier_chunks():
+    """A step of one prompt that fills the token budget is continued by the next step of one
+    prompt: its offset is what the earlier chunks computed. With the budget the fit recovers
+    attention's cost; read as if every chunk began a prompt, it comes out far off."""
+    from mmdatagen.sim.calibrate_steps import Steps, chunk_offsets
+
+    a = np.array([(1, 2048, 0), (1, 2048, 0), (1, 500, 0), (0, 0, 1), (1, 2047, 1),
+                  (1, 300, 0), (2, 2048, 0), (1, 10, 0)], dtype=float)
+    zero = np.zeros(len(a))
+    steps = Steps(a[:, 0], a[:, 1], a[:, 2], zero, zero, zero)
+    # the fifth step fills the budget with its decode token: the sixth continues it
+    assert chunk_offsets(steps, 2048).tolist() == [0, 2048, 4096, 0, 0, 2047, 0, 0]
+    k = {"step_base_ms": 3.0, "per_seq_ms": 0.35, "per_prefill_token_ms": 0.08,
+         "per_prefill_context_ms": 0.01, "per_prefill_request_ms": 2.0}
+    hold = {"per_encoder_token_ms": 0.0, "per_encoder_image_ms": 0.0}
+    chunked = _chunked_steps(k, 2048)
+    fit = cal.fit_steps(chunked, hold, 2048)
+    for name, true in k.items():
+        assert fit.values[name] == pytest.approx(true, rel=0.1), (name, fit.values[name])
+    blind = cal.fit_steps(chunked, hold).values["per_prefill_context_ms"]
+    assert abs(blind / k["per_prefill_context_ms"] - 1) > 0.5, blind
+
+
 @pytest.mark.parametrize("between", [0.0, 1.5])
 def test_calibrate_with_an_engine_log(runs, tmp_path, between):
     """--engine-log: the step costs come from the engine's steps (marked log), the records fit

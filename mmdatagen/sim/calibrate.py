@@ -264,10 +264,11 @@ def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
     return _nonnegative(x, y, label, hold)
 
 
-def fit_steps(steps: Steps, hold: dict[str, float]) -> Fit:
+def fit_steps(steps: Steps, hold: dict[str, float], token_budget: int | None = None) -> Fit:
     """The step costs the engine's log identifies, fitted to its step times (every cost >= 0);
-    costs its steps never vary (no encoder step: the encoder's) are left out of ``from_log``."""
-    x, y, label = step_rows(steps, PARAMS)
+    costs its steps never vary (no encoder step: the encoder's) are left out of ``from_log``.
+    With the engine's ``token_budget``, a continued chunk's offset counts (``step_rows``)."""
+    x, y, label = step_rows(steps, PARAMS, token_budget)
     own = {p: 0.0 for p in PARAMS if p not in STEP_PARAMS}
     free = [i for i, p in enumerate(PARAMS) if p not in own and p not in hold]
     blind = {PARAMS[free[i]] for i in unidentified(x[:, free])}
@@ -625,7 +626,7 @@ def _log_fit(engine_logs: list[Path] | None, base: Profile, hold: dict[str, floa
     held, steps, count = dict(hold), None, 0
     if engine_logs:
         log = read_steps(list(engine_logs))
-        steps, count = fit_steps(log, hold), len(log)
+        steps, count = fit_steps(log, hold, base.token_budget), len(log)
         if windows and CADENCE in steps.from_log:
             steps = replace(steps, from_log=tuple(p for p in steps.from_log if p != CADENCE))
         held.update({p: steps.values[p] for p in steps.from_log})

@@ -14,7 +14,7 @@ throughput at concurrency 8 was over-predicted by up to 44 %. Each step is a row
 
 The log does not give a chunk's offset in its prompt nor the decoding requests' prompts: the
 prefill pairs are taken as if the step's ``C`` prompts shared its ``T`` tokens evenly from
-their starts, and ``per_seq_ms`` is a decode step's cost per request at the logged workload's
+their starts, except a chunk that continues a prompt (:func:`chunk_offsets`), and ``per_seq_ms`` is a decode step's cost per request at the logged workload's
 prompts, so ``per_decode_context_ms`` stays at the base profile's value. Fitted from the
 records on top, it counted the prompts twice: a decode step of 8 requests of ~2,000 tokens
 came out 16.4 ms where the log timed 4.3, and the mean TTFT p50 error over 14 held-out runs
@@ -79,15 +79,36 @@ def read_steps(paths: list[Path]) -> Steps:
     return Steps(a[:, 0], a[:, 1], a[:, 2], a[:, 5], a[:, 6], a[:, 4])
 
 
-def step_rows(steps: Steps, params: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray,
-                                                             np.ndarray]:
+def chunk_offsets(steps: Steps, token_budget: int) -> np.ndarray:
+    """Per step, the prompt tokens computed before its chunk when the step continues a chunked
+    prompt, else 0. A step of one prompt that fills the token budget (with the step's decode
+    tokens) leaves the rest of that prompt to the next step, so a next step of one prompt
+    continues it: its chunk attends the earlier chunks too (a 3,100-token prompt's second chunk
+    of 1,050 tokens attends 2.7 million pairs, not the 0.55 million of a prompt's start).
+    A full step of several prompts is taken as ending them all (the log does not say which
+    one was cut)."""
+    c, t, g = steps.context_requests, steps.context_tokens, steps.generation_requests
+    offsets = np.zeros(len(steps))
+    carry = 0.0
+    for i in range(len(steps)):
+        single = c[i] == 1
+        offsets[i] = carry if single else 0.0
+        carry = offsets[i] + t[i] if single and t[i] + g[i] >= token_budget else 0.0
+    return offsets
+
+
+def step_rows(steps: Steps, params: tuple[str, ...], token_budget: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Design rows over ``params`` (columns of the others 0), elapsed ms, and each row's set
-    (``decode`` or ``prefill``) for the fit's weights."""
+    (``decode`` or ``prefill``) for the fit's weights. With the engine's ``token_budget``, a
+    chunk that continues a prompt attends its earlier chunks (:func:`chunk_offsets`)."""
     c, t = steps.context_requests, steps.context_tokens
+    offsets = (np.zeros(len(steps)) if token_budget is None
+               else chunk_offsets(steps, token_budget))
+    pairs = np.where(c > 0, t * t / (2.0 * np.maximum(c, 1.0)) + t * offsets, 0.0)
     cols = {"step_base_ms": np.ones(len(steps)), "per_seq_ms": steps.generation_requests,
             "per_prefill_token_ms": t,
-            "per_prefill_context_ms": np.where(c > 0, t * t / (2.0 * np.maximum(c, 1.0)), 0.0)
-            / 1000.0,
+            "per_prefill_context_ms": pairs / 1000.0,
             "per_prefill_request_ms": c, "per_encoder_token_ms": steps.encoder_tokens,
             "per_encoder_image_ms": steps.encoder_inputs}
     x = np.column_stack([cols.get(p, np.zeros(len(steps))) for p in params])

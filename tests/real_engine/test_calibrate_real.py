@@ -13,8 +13,8 @@ The calibration runs (fresh seeds on the shared server, so their images are new 
   prompt; the prompt is chunked at the server's 2,048-token budget).
 
 The step costs are fitted to the server's own step times (its log's step lines: the server
-runs with ``--enable-logging-iteration-details``; the lines before the held-out runs, so their
-own steps do not inform the fit), except a step's constant (the log does not
+runs with ``--enable-logging-iteration-details``; the calibration runs' lines only: not the
+warm-up's, a fresh server's slower steps, nor the held-out runs' own), except a step's constant (the log does not
 time the engine's work between steps: ``calibrate.CADENCE``), the frontend's to the runs' records (the
 decode context's stays at the base's 0: the log's decode steps carry it). Fitted from the records alone, a decode step's cost per running request
 came out 3.1 ms where the log shows 0.35, and throughput at concurrency 8 was over-predicted
@@ -143,11 +143,13 @@ def test_calibrated_profile_predicts_held_out_runs(vllm_server, tiny_model, tmp_
     # a fresh CPU server answers its first few dozen requests up to 2x slower (measured: 220
     # against 122 ms for the same prompt): warm it before anything is measured
     bench(vllm_server, tiny_model, dataset(tmp_path, "warm", WARM), 2, tmp_path / "warm")
+    warmed = Path(vllm_server.log_path).stat().st_size
     fit_runs = [bench(vllm_server, tiny_model, dataset(tmp_path, name, args), conc,
                       tmp_path / f"fit-{name}") for name, args, conc in FIT]
-    # the server's step lines so far: the held-out runs' own steps must not inform the fit
-    fit_log = tmp_path / "vllm-before-held-out.log"
-    fit_log.write_bytes(Path(vllm_server.log_path).read_bytes())
+    # the server's step lines of the calibration runs: not the warm-up's (a fresh server's
+    # steps, its first one up to 282 ms), and not the held-out runs' own
+    fit_log = tmp_path / "vllm-calibration-runs.log"
+    fit_log.write_bytes(Path(vllm_server.log_path).read_bytes()[warmed:])
     held: list[tuple[str, int, list[Path]]] = []
     for name, args, conc in HELD_OUT:
         data = dataset(tmp_path, f"{name}-{conc}", args)
@@ -155,8 +157,8 @@ def test_calibrated_profile_predicts_held_out_runs(vllm_server, tiny_model, tmp_
                       reset=True) for k in range(REPEATS)]
         held.append((name, conc, runs))
     profile = tmp_path / "fitted.yaml"
-    # the step costs from the server's own step lines (every step it ran before the held-out
-    # runs), the rest from the runs' records
+    # the step costs from the server's own step lines (the calibration runs' steps), the rest
+    # from the runs' records
     proc = mmdatagen("calibrate", *fit_runs, "--base-profile", base, "--output", profile,
                      "--holdout", ",".join(str(runs[0]) for _, _, runs in held),
                      "--engine-log", fit_log)
