@@ -149,6 +149,31 @@ def test_refuses_runs_without_hits(runs, tmp_path):
     assert not (tmp_path / "g.yaml").exists()
 
 
+def test_the_servers_frontend_stage_gives_the_cost_per_preprocessed_image(runs):
+    """The server's own frontend stage of the runs at concurrency 1 (``server_stages``; here
+    the simulator's), each about their mean: its slope against the images preprocessed per
+    request is the cost per image (the constant, which also holds the client's part, is the
+    TTFT rows'). No rows without the stages, or from one such run alone."""
+    from dataclasses import replace
+
+    loaded = [cal.load_run(runs[k], "vllm-processor") for k in TRAIN]
+    x, y = cal.stage_rows(loaded)
+    col = cal.PARAMS.index("frontend_image_ms")
+    assert len(y) == sum(1 for k in TRAIN if k[1] == 1) == 5
+    assert not np.delete(x, col, axis=1).any() and abs(y.sum()) < 1e-9
+    assert np.polyfit(x[:, col], y, 1)[0] == pytest.approx(KNOWN["frontend_image_ms"], rel=0.01)
+    assert not len(cal.stage_rows([replace(r, stages=None) for r in loaded])[1])
+    assert not len(cal.stage_rows(loaded[:1])[1])
+    # a server whose frontend stage says 3 ms more per preprocessed image: the fit follows it
+    # (the TTFT rows still say 7: between them, closer to the stage's than the rows' weight)
+    moved = [replace(r, stages={**r.stages, "frontend": r.stages["frontend"]
+                                + 3.0 * float(r.processed.mean())}) if r.stages else r
+             for r in loaded]
+    hold = {"per_prefill_request_ms": 0.0, "per_encoder_token_ms": 0.0}  # no image tokens
+    assert cal.fit(loaded, hold).values["frontend_image_ms"] == pytest.approx(7.0, rel=0.03)
+    assert cal.fit(moved, hold).values["frontend_image_ms"] > 7.5
+
+
 def test_refuses_concurrency_one_only_unless_held(runs, tmp_path):
     alone = [runs[k] for k in TRAIN if k[1] == 1]
     code, text = _invoke("calibrate", *alone, "-o", tmp_path / "f.yaml")

@@ -34,7 +34,19 @@ the encoder runs inside the step that admits a request), read per request. Times
   (``T^2 / 2000`` each), encoded images and their tokens, and the count of the requests whose
   first token falls in the window (their prefill ran in one of its steps).
 
-Both sets of rows go into one weighted least-squares fit (numpy): each set weighted by its own
+* Runs at concurrency 1 whose server reported its request stages (``server_stages``), each
+  run's mean frontend stage about the mean over those runs::
+
+      F_r - mean(F) = frontend_image_ms * (P_r - mean(P))
+
+  ``P_r`` the run's images preprocessed per request. Alone on the engine a request reaches the
+  scheduler when its frontend is done, so the stage times the frontend's work on the server's
+  clock; the constant (the server's part of ``frontend_request_ms``, without the client's
+  HTTP part that the TTFT rows hold) is centred out. A run's mean varies by a millisecond
+  where single TTFTs vary by tens: on vLLM's CPU build these rows took the standard error of
+  ``frontend_image_ms`` from 5-10 ms to 0.4-2.7 ms.
+
+The sets of rows go into one weighted least-squares fit (numpy): each set weighted by its own
 residual spread from a first pass, the standard errors from the weighted normal matrix. A
 parameter the rows cannot tell apart from the others is refused with the run that would tell
 it apart, unless held at the base profile's value (``hold``; ``per_encoder_token_ms`` is held
@@ -206,6 +218,23 @@ def window_rows(run: Run) -> tuple[np.ndarray, np.ndarray]:
     return x, (ek - fk) / 1e6
 
 
+def stage_rows(runs: list[Run]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the server's own frontend stage (``server_stages``) of the runs at concurrency 1,
+    each about its mean over those runs: how the stage moves with the images preprocessed per
+    request gives ``frontend_image_ms``. Alone on the engine a request reaches the scheduler
+    as soon as its frontend is done, so the stage is the frontend's work; its constant (the
+    server's, without the client's HTTP part that the TTFT rows carry) is left out by the
+    centring. None of these rows (empty) unless two such runs differ in images preprocessed."""
+    alone = [r for r in runs if r.stages and r.config.get("concurrency") == 1
+             and not r.config.get("request_rate") and "frontend" in r.stages]
+    x = np.zeros((len(alone), len(PARAMS)))
+    y = np.array([float(r.stages["frontend"]) for r in alone])  # type: ignore[index]
+    x[:, PARAMS.index("frontend_image_ms")] = [float(r.processed.mean()) for r in alone]
+    if len(alone) < 2 or np.ptp(x[:, PARAMS.index("frontend_image_ms")]) == 0.0:
+        return np.zeros((0, len(PARAMS))), np.zeros(0)
+    return x - x.mean(axis=0), y - y.mean()
+
+
 def _token_integral(first: np.ndarray, end: np.ndarray, rate: np.ndarray, at: np.ndarray
                     ) -> np.ndarray:
     """Decode tokens emitted up to each of ``at``, every request's spread evenly over its
@@ -241,7 +270,8 @@ def fit(runs: list[Run], hold: dict[str, float] | None = None) -> Fit:
     """Weighted least squares over every run's TTFT and decode-window rows (see the module
     docstring); refuses (``UserError``) when a free parameter is not identified."""
     hold = dict(hold or {})
-    sets = {"ttft": [ttft_rows(r) for r in runs], "window": [window_rows(r) for r in runs]}
+    sets = {"ttft": [ttft_rows(r) for r in runs], "window": [window_rows(r) for r in runs],
+            "stage": [stage_rows(runs)]}
     groups = {k: (np.vstack([x for x, _ in v]), np.concatenate([y for _, y in v]))
               for k, v in sets.items()}
     free = [i for i, p in enumerate(PARAMS) if p not in hold]
