@@ -257,6 +257,7 @@ class VllmServer(ServerLog):
                  env: dict[str, str] | None = None, start_timeout: float = 400.0) -> None:
         self.python = Path(python)
         self.model = Path(model)
+        self.processor_cache_gb = processor_cache_gb
         super().__init__(log_path)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -1,7 +1,7 @@
 """``mmdatagen calibrate`` against a real vLLM (CPU build, tiny Qwen2-VL): fit a profile on
 short runs at concurrency 1 and 2, then predict held-out runs (other datasets, other image
-sizes and prompts, concurrency 4 and 8) in virtual time and compare TTFT p50 and request
-throughput with the engine's.
+sizes and prompts, concurrency 4 and 8, another processor-cache size on a second server) in
+virtual time and compare TTFT p50 and request throughput with the engine's.
 
 The calibration runs (fresh seeds on the shared server, so their images are new to it):
 - ``reuse``: one 448x336 image from a pool of 8, so the processor cache and vLLM's encoder
@@ -37,8 +37,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import servers, setup_engine
 from .conftest import ARTIFACTS
-from .engine import CALIBRATION, SERVER, read_run
+from .engine import CALIBRATION, SERVER, VllmServer, read_run
 from .test_vllm_conformance import mmdatagen, server_encoder_budget
 
 pytestmark = pytest.mark.real_engine
@@ -109,11 +110,31 @@ HELD_OUT = [
 ]
 
 
+# Another cache size, held out: the zipf pool at concurrency 4 again (the same dataset), on a
+# second server that is the first with its processor cache off (0 GiB: every image preprocessed;
+# at 0.005 GiB 15 of its 24 requests hit). A second server is a second start: its spread from the
+# first is in what it measures.
+OTHER_SIZE = ("pool zipf 320x240", 4, 0.0)
+
+
+def _other_size_server(python: Path, model: Path) -> VllmServer:
+    return VllmServer(python, model, ARTIFACTS / "vllm-other-cache-size.log",
+                      **{**SERVER, "processor_cache_gb": OTHER_SIZE[2]})
+
+
+servers.register("other_size_server", setup_engine.ensure, _other_size_server)
+
+
+@pytest.fixture(scope="session")
+def other_size_server(started: servers.Started) -> VllmServer:
+    return started.get("other_size_server")
+
+
 def bench(server, model: Path, dataset: Path, concurrency: int, out: Path,
           reset: bool = False) -> Path:
     mmdatagen("bench", "--input-file", dataset, "--url", server.url, "--model", model,
               "--concurrency", concurrency, "--output-dir", out, "--quiet",
-              "--cache", "vllm-processor", "--cache-size", repr(SERVER["processor_cache_gb"]),
+              "--cache", "vllm-processor", "--cache-size", repr(server.processor_cache_gb),
               "--warmup-request-count", 2, *(["--reset-cache"] if reset else []),
               "--extra-inputs", "ignore_eos:true", "--extra-inputs", "skip_special_tokens:false")
     read_run(out)
@@ -132,7 +153,8 @@ def dataset(tmp: Path, name: str, args: list[str]) -> Path:
     return path
 
 
-def test_calibrated_profile_predicts_held_out_runs(vllm_server, tiny_model, tmp_path):
+def test_calibrated_profile_predicts_held_out_runs(vllm_server, other_size_server, tiny_model,
+                                                   tmp_path):
     base = tmp_path / "cpu-vllm-base.yaml"
     base.write_text(yaml.safe_dump({
         "name": "cpu-vllm-base", "description": "the suite's vLLM server as started",
@@ -156,6 +178,17 @@ def test_calibrated_profile_predicts_held_out_runs(vllm_server, tiny_model, tmp_
         runs = [bench(vllm_server, tiny_model, data, conc, tmp_path / f"held-{conc}-{k}-{data.stem}",
                       reset=True) for k in range(REPEATS)]
         held.append((name, conc, runs))
+    # the other cache size: its server warmed by 48 requests (the warm-up and one calibration
+    # dataset, at concurrency 2), then the same dataset as the first server's
+    for warm in ("warm", "two-c2"):
+        bench(other_size_server, tiny_model, tmp_path / f"{warm}.jsonl", 2,
+              tmp_path / f"{warm}-other-size")
+    name, conc, gb = OTHER_SIZE
+    data = tmp_path / f"{name.replace(' ', '_')}-{conc}.jsonl"
+    held.append((f"{name}, processor cache {gb:g} GiB", conc,
+                 [bench(other_size_server, tiny_model, data, conc,
+                        tmp_path / f"held-{conc}-{k}-{data.stem}-cache-{gb:g}", reset=True)
+                  for k in range(REPEATS)]))
     profile = tmp_path / "fitted.yaml"
     # the step costs from the server's own step lines (the calibration runs' steps), the rest
     # from the runs' records
