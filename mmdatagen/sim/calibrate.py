@@ -44,7 +44,7 @@ the encoder runs inside the step that admits a request), read per request. Times
   clock; the constant (the server's part of ``frontend_request_ms``, without the client's
   HTTP part that the TTFT rows hold) is centred out. A run's mean varies by a millisecond
   where single TTFTs vary by tens: on vLLM's CPU build these rows took the standard error of
-  ``frontend_image_ms`` from 5-10 ms to 0.4-2.7 ms.
+  ``frontend_image_ms`` from 4-10 ms to 0.4-2.7 ms (seven server starts).
 
 The sets of rows go into one weighted least-squares fit (numpy): each set weighted by its own
 residual spread from a first pass, the standard errors from the weighted normal matrix. A
