@@ -239,16 +239,21 @@ class Engine:
                 images += 1
         return tokens, images
 
+    def _start_step(self, now: float) -> list[SimRequest]:
+        """A step's start: the scheduler takes in the requests added since the last step
+        (stamped queued now); returns the step's scheduled list, emptied."""
+        for r in self._fresh:
+            r.queued_t = now
+        self._fresh.clear()
+        self._scheduled.clear()
+        return self._scheduled
+
     def begin_step(self, now: float = 0.0) -> float | None:
         """Schedule one step starting at ``now`` (ms) and return its duration in ms; None when
         nothing can run now (idle, or blocked on the encoder: see :meth:`next_wake`)."""
         p = self.p
-        for r in self._fresh:
-            r.queued_t = now
-        self._fresh.clear()
+        scheduled = self._start_step(now)
         budget = p.token_budget
-        scheduled = self._scheduled
-        scheduled.clear()
         n_decode = prefill = context = 0
         enc_tokens = enc_images = 0.0
         for r in self.running:
