@@ -14,8 +14,9 @@ throughput at concurrency 8 was over-predicted by up to 44 %. Each step is a row
 
 The log does not give a chunk's offset in its prompt nor the decoding requests' prompts: the
 prefill pairs are taken as if the step's ``C`` prompts shared its ``T`` tokens evenly from
-their starts, except a chunk that continues a prompt (:func:`chunk_offsets`), and ``per_seq_ms`` is a decode step's cost per request at the logged workload's
-prompts, so ``per_decode_context_ms`` stays at the base profile's value. Fitted from the
+their starts, except a chunk that continues a prompt (:func:`chunk_offsets`), and
+``per_seq_ms`` is a decode step's cost per request at the logged workload's prompts, so
+``per_decode_context_ms`` stays at the base profile's value. Fitted from the
 records on top, it counted the prompts twice: a decode step of 8 requests of ~2,000 tokens
 came out 16.4 ms where the log timed 4.3, and the mean TTFT p50 error over 14 held-out runs
 was 19 % against 13 % with it held. Decode-only and prefill steps are weighted by their own

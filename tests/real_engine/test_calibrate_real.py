@@ -14,11 +14,12 @@ The calibration runs (fresh seeds on the shared server, so their images are new 
 
 The step costs are fitted to the server's own step times (its log's step lines: the server
 runs with ``--enable-logging-iteration-details``; the calibration runs' lines only: not the
-warm-up's, a fresh server's slower steps, nor the held-out runs' own), except a step's constant (the log does not
-time the engine's work between steps: ``calibrate.CADENCE``), the frontend's to the runs' records (the
-decode context's stays at the base's 0: the log's decode steps carry it). Fitted from the records alone, a decode step's cost per running request
-came out 3.1 ms where the log shows 0.35, and throughput at concurrency 8 was over-predicted
-by up to 44 %.
+warm-up's, a fresh server's slower steps, nor the held-out runs' own), except a step's
+constant (the log does not time the engine's work between steps: ``calibrate.CADENCE``); the
+frontend's costs are fitted to the runs' records and frontend stages (the decode context's
+stays at the base's 0: the log's decode steps carry it). Fitted from the records alone, a
+decode step's cost per running request came out 3.1 ms where the log shows 0.35, and
+throughput at concurrency 8 was over-predicted by up to 44 %.
 
 The base profile is the server as started: its model folder, token budget, context and encoder
 cache (``encoder_cache`` beside the processor cache, budget as logged or vLLM's rule).
