@@ -164,8 +164,8 @@ def test_the_servers_frontend_stage_gives_the_cost_per_preprocessed_image(runs):
     assert np.polyfit(x[:, col], y, 1)[0] == pytest.approx(KNOWN["frontend_image_ms"], rel=0.01)
     assert not len(cal.stage_rows([replace(r, stages=None) for r in loaded])[1])
     assert not len(cal.stage_rows(loaded[:1])[1])
-    # a server whose frontend stage says 3 ms more per preprocessed image: the fit follows it
-    # (the TTFT rows still say 7: between them, closer to the stage's than the rows' weight)
+    # a server whose frontend stage says 3 ms more per preprocessed image: the fit moves toward
+    # it although the TTFT rows still say 7 (the stage rows' spread is far below theirs)
     moved = [replace(r, stages={**r.stages, "frontend": r.stages["frontend"]
                                 + 3.0 * float(r.processed.mean())}) if r.stages else r
              for r in loaded]

@@ -113,7 +113,7 @@ HELD_OUT = [
 
 # Another cache size, held out: the zipf pool at concurrency 4 again (the same dataset), on a
 # second server that is the first with its processor cache off (0 GiB: every image preprocessed;
-# at 0.005 GiB 15 of its 24 requests hit). A second server is a second start: its spread from the
+# at 0.005 GiB 15 of its 24 images hit). A second server is a second start: its spread from the
 # first is in what it measures.
 OTHER_SIZE = ("pool zipf 320x240", 4, 0.0)
 
