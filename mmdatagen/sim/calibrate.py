@@ -227,12 +227,13 @@ def stage_rows(runs: list[Run]) -> tuple[np.ndarray, np.ndarray]:
     centring. None of these rows (empty) unless two such runs differ in images preprocessed."""
     alone = [r for r in runs if r.stages and r.config.get("concurrency") == 1
              and not r.config.get("request_rate") and "frontend" in r.stages]
-    x = np.zeros((len(alone), len(PARAMS)))
-    y = np.array([float(r.stages["frontend"]) for r in alone])  # type: ignore[index]
-    x[:, PARAMS.index("frontend_image_ms")] = [float(r.processed.mean()) for r in alone]
-    if len(alone) < 2 or np.ptp(x[:, PARAMS.index("frontend_image_ms")]) == 0.0:
+    images = np.array([float(r.processed.mean()) for r in alone])
+    if len(alone) < 2 or np.ptp(images) == 0.0:
         return np.zeros((0, len(PARAMS))), np.zeros(0)
-    return x - x.mean(axis=0), y - y.mean()
+    x = np.zeros((len(alone), len(PARAMS)))
+    x[:, PARAMS.index("frontend_image_ms")] = images - images.mean()
+    y = np.array([float(r.stages["frontend"]) for r in alone])  # type: ignore[index]
+    return x, y - y.mean()
 
 
 def _token_integral(first: np.ndarray, end: np.ndarray, rate: np.ndarray, at: np.ndarray

@@ -57,7 +57,6 @@ class SimRequest:
         "prefilled",
         "prompt_tokens",
         "queued_t",
-        "ready_t",
         "rid",
         "tag",
         "target_tokens",
@@ -73,7 +72,6 @@ class SimRequest:
         self.prompt_tokens = text_tokens + sum(im.prompt_tokens for im in images)
         self.target_tokens = max(1, target_tokens)
         self.arrival = arrival
-        self.ready_t: float | None = None  # through the frontend: the engine has it
         self.queued_t: float | None = None  # taken into the scheduler (the step boundary after)
         self.admit_t: float | None = None  # first scheduled
         self.prefilled = 0
@@ -178,10 +176,6 @@ class Engine:
         looked up on arrival (vLLM's processor cache) is consulted here, and a hit skips the
         image's preprocessing. Image decoding runs on the serial frontend, or first on the
         decoder pool when the profile has one (``decode_workers``)."""
-        req.ready_t = self._frontend(req, now)
-        return req.ready_t
-
-    def _frontend(self, req: SimRequest, now: float) -> float:
         p = self.p
         fetch = p.url_fetch_ms if any(im.is_url for im in req.images) else 0.0
         ready = now + fetch
@@ -386,7 +380,7 @@ class Engine:
         """Zero-delay path: admit, finish and register ``req`` at once (no steps, no queue)."""
         if self.target.lookup == "arrival":
             self._lookup(req)
-        req.ready_t = req.queued_t = now
+        req.queued_t = now
         self._admit(req, now)
         self._encoded_step.clear()
         self._finish(req)
