@@ -92,6 +92,23 @@ def test_check_run_refuses_what_needs_several_specs(data, tmp_path):
         bench_run(replace(load, model=None), BenchTarget(url="http://127.0.0.1:9"))
 
 
+def test_a_run_whose_output_is_its_input_is_refused_before_and_under_the_lock(data, tmp_path):
+    """``bench_run`` (ab's two runs before either starts) and ``run_bench`` itself (a run made
+    in code), under its folder's lock: the input intact, the lock gone."""
+    from mmdatagen.loadgen.run import run_bench
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "records.jsonl").write_bytes(data.read_bytes())
+    load = build(Load, {"input_file": out / "records.jsonl", "model": "m", "quiet": True})
+    with pytest.raises(UserError, match="is an input of this run"):
+        bench_run(load, BenchTarget(output_dir=out))
+    with pytest.raises(UserError, match="is an input of this run"):
+        run_bench(BenchRun(load, BenchTarget(output_dir=out)))
+    assert (out / "records.jsonl").read_bytes() == data.read_bytes()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["d.jsonl", "o"]  # no lock left
+
+
 def test_the_specs_read_their_key_value_strings_once(data):
     """``--extra-inputs`` and ``--header`` are parsed by the spec that holds them, once: its
     validation refuses a bad one naming the field, and every reader shares the one parse

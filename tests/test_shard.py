@@ -56,6 +56,32 @@ def test_config_is_divided_and_checked():
         seconds_to_start(time.time() - 5)
 
 
+def test_a_worker_runs_its_share_under_the_undivided_benchmarks_digest():
+    """``worker_run``: one process's part of a run: the run itself unsharded, else its share of
+    the load with the digest of the whole benchmark's settings (the same for every worker, the
+    output folders and indexes apart); a start in the past refused either way."""
+    from dataclasses import replace
+
+    from mmdatagen.errors import SpecError
+    from mmdatagen.loadgen.shard import settings_digest, worker_run
+    from mmdatagen.settings.load import BenchTarget, Load, LoadShard
+    from mmdatagen.settings.run import BenchRun
+
+    load = Load(input_file=Path("d.jsonl"), model="m", concurrency=4, request_count=10)
+    alone = BenchRun(load, BenchTarget(url="http://127.0.0.1:1"))
+    assert worker_run(alone) is alone
+    runs = [replace(alone, shard=LoadShard(num_shards=2, shard_index=k),
+                    target=BenchTarget(url="http://127.0.0.1:1", output_dir=Path(f"w{k}")))
+            for k in range(2)]
+    parts = [worker_run(r) for r in runs]
+    assert [p.load.request_count for p in parts] == [5, 5]
+    assert [p.load.concurrency for p in parts] == [2, 2]
+    assert parts[0].shard_digest == parts[1].shard_digest == settings_digest(runs[0].public())
+    assert parts[0].public()["request_count"] == 5  # the export records the worker's share
+    with pytest.raises(SpecError, match="start_at"):
+        worker_run(replace(alone, shard=LoadShard(start_at=time.time() - 5)))
+
+
 def _mmdatagen(*args, **kw):
     return subprocess.run([sys.executable, "-m", "mmdatagen", *map(str, args)],
                           capture_output=True, text=True, timeout=300, **kw)

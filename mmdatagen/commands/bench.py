@@ -57,7 +57,7 @@ def _show(result: Any, quiet: bool) -> None:
 @report_options
 def ab(**v: Any) -> None:
     """Run the same benchmark twice on the embedded simulator (A vs B) and compare."""
-    from ..io.atomic import check_not_input, output_lock, reading
+    from ..io.atomic import writing
     from ..loadgen.setup import run_ab, run_summary
 
     load, runs = make(Load, v), make(AbRuns, v)
@@ -74,8 +74,7 @@ def ab(**v: Any) -> None:
             click.echo(run_summary(tag, result.export), err=True)
 
     out = Path(runs.output_dir)
-    with reading([load.input_file]), output_lock(out):
-        check_not_input(_comparison_outputs(out, runs.chart, True))
+    with writing(out, _comparison_outputs(out, runs.chart, True), [load.input_file]):
         a, b = run_ab(load, runs, make(AbCache, v), started, done, v["goodput"])
         _emit_comparison(a, b, runs.labels, out, runs.chart, report=not v["no_report"],
                          kind="ab", png=v["png"])
@@ -119,7 +118,7 @@ def _emit_comparison(a: dict, b: dict, labels: tuple[str, str], out: Path, chart
 def compare(run_a: Path, run_b: Path, labels: tuple[str, str], output_dir: Path, chart: bool,
             force: bool, goodput: tuple[str, ...], no_report: bool, png: bool) -> None:
     """Compare two runs (folders or export JSONs, ours or AIPerf's): Metric | A | B | Delta %."""
-    from ..io.atomic import check_not_input, output_lock, reading
+    from ..io.atomic import writing
     from ..loadgen import compare as cmp
     from ..metrics import RECORDS_NAME
     from ..settings.values import check_labels
@@ -128,8 +127,7 @@ def compare(run_a: Path, run_b: Path, labels: tuple[str, str], output_dir: Path,
     inputs = [p for run in (run_a, run_b)
               for p in (cmp.find_export(run), cmp.find_export(run).parent / RECORDS_NAME)]
     outputs = _comparison_outputs(output_dir, chart, not no_report)
-    with reading(inputs), output_lock(output_dir):
-        check_not_input(outputs)
+    with writing(output_dir, outputs, inputs):
         existing = [p for p in outputs if p.is_file()]
         if existing and not force:
             raise SpecError("force", f"is needed: {existing[0]} exists")

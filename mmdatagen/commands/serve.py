@@ -54,20 +54,16 @@ def simulate(dataset: Path, **v: Any) -> None:
 
 def _simulate(dataset: Path, run: VirtualRun, v: dict[str, Any]) -> Any:
     """The study, its outputs checked first: none is an input, one writer per folder."""
-    import contextlib
-
-    from ..io.atomic import check_not_input, output_lock, reading
+    from ..io.atomic import reading, writing
     from ..io.manifest import manifest_path
     from ..metrics import EXPORT_NAME, RECORDS_NAME
     from ..report.html import REPORT_NAME
     from ..sim.study import simulate_dataset
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(reading([dataset, manifest_path(dataset)]))
-        if run.output_dir is not None:
-            out = Path(run.output_dir)
-            stack.enter_context(output_lock(out))
-            check_not_input([out / EXPORT_NAME, out / RECORDS_NAME, out / "sweep.json",
-                             out / REPORT_NAME])
+    inputs = [dataset, manifest_path(dataset)]
+    out = None if run.output_dir is None else Path(run.output_dir)
+    with (reading(inputs) if out is None else
+          writing(out, [out / n for n in (EXPORT_NAME, RECORDS_NAME, "sweep.json", REPORT_NAME)],
+                  inputs)):
         cache, sweep = simulate_caches(v)  # one --cache-size, or several to sweep
         return simulate_dataset(dataset, make(Engine, v), cache, sweep, run, make(Geometry, v))

@@ -6,6 +6,8 @@
 - :func:`output_lock`: one writer per output (an advisory ``fcntl`` lock beside it).
 - :func:`check_target` / :func:`check_not_input`: refuse unwritable, over-long, non-UTF-8 or
   protected targets before any work starts.
+- :func:`writing`: how a command that writes into a folder starts: its inputs declared, the
+  folder locked, its outputs checked (the three above, in that order).
 """
 from __future__ import annotations
 
@@ -318,6 +320,17 @@ def output_lock(path: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             os.unlink(lock)
         os.close(fd)
+
+
+@contextlib.contextmanager
+def writing(folder: Path, outputs: Iterable[Path],
+            inputs: Iterable[Path | str | None] = ()) -> Iterator[None]:
+    """The block of a command that writes ``outputs`` into ``folder``: ``inputs`` declared
+    (:func:`reading`), the folder locked (:func:`output_lock`: one writer), then no output may
+    be an input (:func:`check_not_input`), checked under the lock."""
+    with reading(inputs), output_lock(folder):
+        check_not_input(outputs)
+        yield
 
 
 def _acquire(path: Path, lock: Path) -> int:

@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,14 +30,7 @@ from .predict import (
     read_server_order,
 )
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
-from .shard import (
-    Shard,
-    file_digest,
-    probe_clock,
-    seconds_to_start,
-    settings_digest,
-    shard_config,
-)
+from .shard import Shard, file_digest, probe_clock, seconds_to_start, worker_run
 
 if TYPE_CHECKING:
     from ..settings.load import Load
@@ -82,7 +75,9 @@ def finish_run(result: BenchResult, what: str = "the run") -> None:
 def check_run(run: BenchRun) -> None:
     """What ``run_bench`` checks before it starts anything: the specs have checked their own
     fields, these need several specs or the disk (``setup.bench_run`` adds the simulator's
-    settings, so ``ab`` checks both runs whole before either starts)."""
+    settings and the outputs, so ``ab`` checks both runs whole before either starts). The
+    start time and the worker's share are checked by ``shard.worker_run``, the outputs again
+    under the folder's lock (``io.atomic.writing``)."""
     from ..settings.base import validate
 
     load, url = run.load, run.target.url
@@ -96,7 +91,6 @@ def check_run(run: BenchRun) -> None:
                                          or load.dataset_type != "random_pool"):
         raise SpecError("ramp_to", "needs `benchmark_duration` or `request_count` with a "
                         "random_pool dataset (the span of the ramp)")
-    seconds_to_start(run.shard.start_at)
     if run.target.metrics_url is not None:
         if not url:
             raise SpecError("metrics_url", "needs url (the embedded simulator's counters are "
@@ -106,9 +100,6 @@ def check_run(run: BenchRun) -> None:
     out = Path(run.target.output_dir)
     if out.exists() and not out.is_dir():
         raise SpecError("output_dir", f"{out} exists and is not a folder")
-    from ..io.atomic import check_not_input
-
-    check_not_input(run_outputs(out), [Path(load.input_file)])
 
 
 def run_outputs(out: Path) -> list[Path]:
@@ -531,17 +522,15 @@ def _run_loop(coro):
 
 def run_bench(run: BenchRun) -> BenchResult:
     """Run one benchmark (starting the embedded simulator when the run has no ``url``); a
-    sharded worker runs its share (``loadgen/shard.py``)."""
-    from ..io.atomic import output_lock, reading
+    sharded worker runs its share (``loadgen/shard.py``). In turn: the run checked, this
+    process's part of it, its folder taken (one writer; no output is an input), then the run."""
+    from ..io.atomic import writing
 
     check_run(run)
-    if run.shard.num_shards > 1:  # this worker's share, and the benchmark it is part of
-        share = shard_config(run.load, run.target.url,
-                             Shard(run.shard.shard_index, run.shard.num_shards))
-        digest = settings_digest(run.public())  # the undivided benchmark's settings
-        run = replace(run, load=share, shard_digest=digest)
-    with reading([run.load.input_file]), output_lock(run.target.output_dir):  # one writer
-        return _run_with_target(run)
+    part = worker_run(run)
+    out = Path(part.target.output_dir)
+    with writing(out, run_outputs(out), [part.load.input_file]):
+        return _run_with_target(part)
 
 
 def _run_with_target(run: BenchRun) -> BenchResult:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from ..errors import SpecError, UserError
+from ..io.atomic import check_not_input
 from ..settings.cache import AbCache, BenchCache, Geometry
 from ..settings.load import AbRuns, BenchTarget, Load, LoadShard
 from ..settings.run import BenchRun
-from .run import BenchResult, check_run
+from .run import BenchResult, check_run, run_outputs
 
 AB_CONCURRENCY = 64
 
@@ -30,6 +32,8 @@ def bench_run(load: Load, target: BenchTarget | None = None, cache: BenchCache |
     run = BenchRun(load, target, cache or BenchCache(), geometry or Geometry(),
                    shard or LoadShard(), tuple(parse_slos(goodput).items()))
     check_run(run)
+    out = Path(target.output_dir)
+    check_not_input(run_outputs(out), [load.input_file])
     if not target.url:
         load_profile(load.profile)
         run.simulator()  # checks every setting, the cache size too (settings.cache.SimCache)

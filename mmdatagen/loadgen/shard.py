@@ -19,11 +19,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import SpecError, UserError
+
+if TYPE_CHECKING:
+    from ..settings.run import BenchRun
 
 CLOCK_HEADER = "x-mmdatagen-server-time-ns"
 PROBES = 5
@@ -72,6 +75,17 @@ def shard_config(load: Any, url: str | None, shard: Shard) -> Any:
     ramp = None if load.ramp_to is None else load.ramp_to / shard.count
     return replace(load, concurrency=conc, request_count=count, request_rate=rate, ramp_to=ramp,
                    warmup_request_count=shard.share(load.warmup_request_count) or 0)
+
+
+def worker_run(run: BenchRun) -> BenchRun:
+    """The part of ``run`` this process sends: its start time checked, and a sharded worker's
+    share (:func:`shard_config`) with the undivided benchmark's settings digest."""
+    seconds_to_start(run.shard.start_at)
+    if run.shard.num_shards <= 1:
+        return run
+    share = shard_config(run.load, run.target.url,
+                         Shard(run.shard.shard_index, run.shard.num_shards))
+    return replace(run, load=share, shard_digest=settings_digest(run.public()))
 
 
 MAX_AHEAD_S = 7 * 86400.0

@@ -401,12 +401,11 @@ class SweepResult:
 
 def run_sweep(cfg: SweepConfig, log: Log | None = None) -> SweepResult:
     """Run (or resume) every point and repeat; write sweep.json, sweep.csv (and the report)."""
-    from ..io.atomic import check_not_input, output_lock, reading
+    from ..io.atomic import writing
 
     _validate(cfg)
     out = Path(cfg.target.output_dir)
-    with reading([cfg.base.load.input_file]), output_lock(out):  # one sweep per folder
-        check_not_input(sweep_outputs(cfg))
+    with writing(out, sweep_outputs(cfg), [cfg.base.load.input_file]):  # one sweep per folder
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
