@@ -35,6 +35,7 @@ from .shard import Shard, file_digest, probe_clock, seconds_to_start, worker_run
 if TYPE_CHECKING:
     from ..settings.load import Load
     from ..settings.run import BenchRun
+    from ..settings.sim import Simulator
 
 @dataclass
 class BenchResult:
@@ -248,6 +249,7 @@ class _Session:
     """Everything one run sets up before the first request: source, schedule, client, tracker."""
 
     run: BenchRun
+    sim: Simulator | None  # the embedded simulator's settings (None: the run has a url)
     fmt: str
     encoder: ImageEncoder
     source: Any
@@ -278,7 +280,7 @@ class _Drive:
     stopped_by: int | None = None  # the signal that stopped the run
 
 
-def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
+def _session(run: BenchRun, url: str, sim: Simulator | None) -> _Session:
     from .sessions import SessionSource
 
     load = run.load
@@ -308,10 +310,10 @@ def _session(run: BenchRun, url: str, embedded: bool) -> _Session:
                       burstiness=load.burstiness, ramp_to=load.ramp_to)
     ctx = Context(client=client, path=endpoint, body_cfg=body_cfg, encoder=encoder,
                   source=source, sched=sched, multi_turn=fmt == "multi_turn")
-    tracker, note = prediction_setup(run, encoder, run.simulator() if embedded else None)
+    tracker, note = prediction_setup(run, encoder, sim)
     if tracker is not None:
         ctx.on_start = tracker.on_start
-    return _Session(run, fmt, encoder, source, sched, client, ctx, count, tracker, note)
+    return _Session(run, sim, fmt, encoder, source, sched, client, ctx, count, tracker, note)
 
 
 def _start(s: _Session, stop: Any, tasks: list) -> int:
@@ -446,13 +448,14 @@ async def _predicted(s: _Session, url: str, records: list, table: RecordTable
     return predicted
 
 
-async def _export(s: _Session, url: str, d: _Drive, embedded: bool
-                  ) -> tuple[dict[str, Any], dict[str, Iterable[bytes]] | None]:
-    """The export document of the run (records rescaled to simulated time when embedded) and
-    the extra files beside it (a sharded worker's cache items). What the loader knows of the
-    run (prediction, scrapes, the worker's cache items) is taken first, then the document is
+async def _export(s: _Session, url: str, d: _Drive
+                  ) -> tuple[dict[str, Any], RecordTable, dict[str, Iterable[bytes]] | None]:
+    """The export document of the run (records rescaled to simulated time when embedded), the
+    records as the table it was built from (``records.jsonl`` is written from it) and the
+    extra files beside it (a sharded worker's cache items). What the loader knows of the run
+    (prediction, scrapes, the worker's cache items) is taken first, then the document is
     built from it."""
-    run, records = s.run, s.ctx.records
+    run, records, embedded = s.run, s.ctx.records, s.sim is not None
     prof_starts = [r.start_ns for r in records if r.phase == "profiling"]
     span = _wall_span(records, d.wall_offset)
     scale = run.load.time_scale if embedded else 1.0
@@ -479,14 +482,15 @@ async def _export(s: _Session, url: str, d: _Drive, embedded: bool
     from ..report.aggregate import run_aggregates
 
     export.update(run_aggregates(records))
-    return export, extra
+    return export, table, extra
 
 
-async def _run_async(run: BenchRun, url: str, embedded: bool = False,
+async def _run_async(run: BenchRun, url: str, sim: Simulator | None = None,
                      driving: list | None = None) -> BenchResult:
-    """The run; ``driving`` gets an item once the requests start (before it, a Ctrl-C or
+    """The run against ``url`` (the embedded simulator with settings ``sim``, or the run's
+    server); ``driving`` gets an item once the requests start (before it, a Ctrl-C or
     SIGTERM raises, and ``_run_with_target`` writes the unstarted export)."""
-    s = _session(run, url, embedded)
+    s = _session(run, url, sim)
     if run.shard.num_shards > 1:
         s.clock = await probe_clock(url)
     if run.shard.start_at is not None:
@@ -502,9 +506,9 @@ async def _run_async(run: BenchRun, url: str, embedded: bool = False,
         late.append(signum)
 
     with _loop_signals(asyncio.get_running_loop(), hold):
-        export, extra = await _export(s, url, d, embedded)
+        export, table, extra = await _export(s, url, d)
         out = Path(run.target.output_dir)
-        paths = write_exports(out, s.ctx.records, export, extra)
+        paths = write_exports(out, table, export, extra)
     if s.ctx.fatal is not None:
         raise UserError(f"{s.ctx.fatal} (run stopped; partial exports in {out})")
     stopped = d.stopped_by if d.stopped_by is not None else (late[0] if late else None)
@@ -543,8 +547,9 @@ def _run_with_target(run: BenchRun) -> BenchResult:
             return _run_loop(_run_async(run, run.target.url, driving=driving))
         from ..sim.embedded import EmbeddedServer
 
-        with EmbeddedServer(run.simulator()) as srv:  # started inside: no unguarded moment
-            return _run_loop(_run_async(run, srv.url, embedded=True, driving=driving))
+        sim = run.simulator()  # derived once: the server and the prediction take the same
+        with EmbeddedServer(sim) as srv:  # started inside: no unguarded moment
+            return _run_loop(_run_async(run, srv.url, sim, driving))
     except KeyboardInterrupt:
         if not driving:
             _write_unstarted(run)
