@@ -31,7 +31,7 @@ import orjson
 from PIL import Image
 
 from mmdatagen.caches import get_target, make_cache
-from mmdatagen.io.imageref import entry_size
+from mmdatagen.caches.entries import entry_size
 from mmdatagen.loadgen.band import SEARCH_BUDGET, fcfs_windows, order_band
 from mmdatagen.loadgen.chunked import CHUNKED_BUDGET, chunked_band, steps
 from mmdatagen.vlm import get_model

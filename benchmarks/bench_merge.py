@@ -57,7 +57,7 @@ def fake_workers(tmp: Path, total: int, workers: int, cache_items: bool) -> list
 
     from mmdatagen.caches import get_target
     from mmdatagen.export import record_lines
-    from mmdatagen.io.imageref import entry_size
+    from mmdatagen.caches.entries import entry_size
     from mmdatagen.loadgen.predict import CACHE_ITEMS_NAME
     from mmdatagen.metrics import RecordTable
     from mmdatagen.vlm import resolve_model

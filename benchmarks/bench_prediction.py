@@ -26,7 +26,7 @@ from mmdatagen.analysis import Semantics, analyze, kernels
 from mmdatagen.analysis.targets import Replay
 from mmdatagen.analysis.trace import Trace
 from mmdatagen.caches import get_target, target_names
-from mmdatagen.io.imageref import front_budget
+from mmdatagen.caches.entries import front_budget
 from mmdatagen.vlm import get_model
 
 DIMS = np.array([(512, 512), (640, 480), (1024, 1024), (2400, 1080)])

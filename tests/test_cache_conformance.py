@@ -16,7 +16,8 @@ from loadgen_helpers import make_run
 from sim_helpers import MODEL, fast_profile, running
 
 from mmdatagen.caches import get_target, target_names
-from mmdatagen.io.imageref import ImageIdentifier, entry_size
+from mmdatagen.caches.entries import entry_size
+from mmdatagen.io.imageref import ImageIdentifier
 from mmdatagen.loadgen.run import _run_async
 from mmdatagen.vlm import get_model
 

@@ -260,7 +260,7 @@ def test_encoder_cache_budget_under_an_ec_connector():
     tests/real_engine/test_dynamo_connector.py: 3,840 tokens (a 6-frame video) with
     ``{"image": 4, "video": 0}``, batched 2,048, context 4,096; the front tier's default follows."""
     from mmdatagen.caches import get_target
-    from mmdatagen.io.imageref import front_budget
+    from mmdatagen.caches.entries import front_budget
     from mmdatagen.media_tokens import encoder_cache_budget
 
     model = _tiny_qwen2vl()
@@ -306,10 +306,10 @@ def test_most_features_is_vllms_factor_search(max_tokens):
 
 
 def test_front_budget_given_rule_and_single_tier():
-    """io.imageref.front_budget: the user's logged value wins; else the rule with the engine
+    """caches.entries.front_budget: the user's logged value wins; else the rule with the engine
     settings given; a target without a front tier has none."""
     from mmdatagen.caches import get_target
-    from mmdatagen.io.imageref import front_budget
+    from mmdatagen.caches.entries import front_budget
 
     two_tier, single = get_target("dynamo-connector"), get_target("vllm-processor")
     model = _tiny_qwen2vl()

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..caches.entries import clip_entry_size
 from ..errors import SpecError, UserError
-from ..io.mediaref import clip_entry_size
 from ..media_tokens import (
     QWEN2_AUDIO,
     AudioCost,

@@ -35,7 +35,7 @@ class Semantics:
     """How the cache behaves: its target (``mmdatagen.caches``) and the a priori concurrency
     model; ``oversize`` / ``insert`` override the target's own rules when given;
     ``encoder_budget``: a two-tier target's front (vLLM's encoder cache) in tokens, None for
-    vLLM's rule (``io.imageref.front_budget``)."""
+    vLLM's rule (``caches.entries.front_budget``)."""
 
     oversize: str | None = None
     insert: str | None = None
@@ -370,7 +370,7 @@ def _front(t: CacheTarget, model: VisionModel, sem: Semantics) -> tiers.Front | 
     token; None for a single-tier target."""
     if t.front is None:
         return None
-    from ..io.imageref import front_budget
+    from ..caches.entries import front_budget
 
     budget = front_budget(t, model, sem.encoder_budget)
     assert budget is not None

@@ -136,7 +136,7 @@ class Replay:
     def __init__(self, target: CacheTarget, trace: Trace, sizes: np.ndarray,
                  events: np.ndarray | None = None, front_tokens: int | None = None,
                  bytes_per_token: int | None = None) -> None:
-        from ..io.imageref import request_items
+        from ..caches.entries import request_items
 
         self.target, self.trace = target, trace
         self.front = {"front_tokens": front_tokens, "bytes_per_token": bytes_per_token}
@@ -158,7 +158,7 @@ class Replay:
     def flags(self, capacity: int) -> np.ndarray:
         """Hit flag per reference (file order of the trace); the cache's counters after the
         replay in ``counters``."""
-        from ..io.imageref import image_flags
+        from ..caches.entries import image_flags
 
         cache = make_cache(self.target, capacity, front_tokens=self.front["front_tokens"],
                            bytes_per_token=self.front["bytes_per_token"])

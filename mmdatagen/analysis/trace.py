@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..caches.entries import entry_size
 from ..errors import DatasetError, SpecError, UserError
 from ..io import imageref
 from ..io.manifest import Manifest, MediaSection
@@ -75,7 +76,7 @@ class Trace:
               unknown_size: tuple[int, int] | None = None,
               target=None) -> tuple[np.ndarray, np.ndarray]:
         """(entry size, encoder tokens) per object under ``model``: the entry in ``target``'s
-        unit (``io.imageref.entry_size``; default embedding bytes); videos and audio clips by
+        unit (``caches.entries.entry_size``; default embedding bytes); videos and audio clips by
         ``media.media_costs``."""
         images = np.ones(self.num_objects, bool) if self.modality is None else self.modality == 0
         w, h = self.widths.astype(np.int64), self.heights.astype(np.int64)
@@ -106,7 +107,7 @@ def _image_costs(model: VisionModel, w: np.ndarray, h: np.ndarray, real_width: b
         byt = np.array([model.entry_bytes(int(a), int(b), real_width) for a, b in pairs],
                        np.int64)
     else:
-        byt = np.array([imageref.entry_size(target, model, int(a), int(b), real_width)
+        byt = np.array([entry_size(target, model, int(a), int(b), real_width)
                         for a, b in pairs], np.int64)
     inv = inv.reshape(-1)
     return byt[inv], tok[inv]

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import blake3
 
+from ..caches.entries import clip_entry_size
 from ..caches.targets import CacheTarget
 from ..errors import DatasetError
 from ..media_tokens import QWEN2_AUDIO, audio_cost, model_video_geometry, video_cost
@@ -99,19 +100,6 @@ def audio_info(data: bytes, fmt: str) -> AudioInfo:
             return AudioInfo(samples, stream.sample_rate, stream.channels)
     except Exception as exc:
         raise DatasetError(f"cannot read the mp3 audio: {type(exc).__name__}") from None
-
-
-def clip_entry_size(target: CacheTarget | None, model: VisionModel, tokens: int,
-                    processor: int) -> int:
-    """A video's or audio clip's cache entry in the unit ``target``'s capacity counts (no
-    target: embedding bytes), from its encoder tokens and processor-cache bytes; the clips'
-    counterpart of ``io.imageref.entry_size``."""
-    entry = "embedding" if target is None else target.entry
-    if entry == "processor":
-        return processor
-    if entry == "tokens":
-        return tokens
-    return tokens * model.bytes_per_token
 
 
 MediaKey = tuple[str, str]  # ("video" | "audio", blake3) by content, ("ref", url), ("uuid", id)

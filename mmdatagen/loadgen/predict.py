@@ -1,10 +1,10 @@
 """The loader's cache prediction: what the server's cache target does with the requests it sent.
 
 Each request's images (its own and, for multi_turn, the history it resends) are identified and
-sized by the one service the analysis and the simulator use (``io/imageref``) under the target's
-key mode and entry rule, as the request starts. After the run the requests are replayed through
-the target's cache model (``mmdatagen.caches``, the simulator's own implementation) in the
-order the server's cache saw them:
+sized by the one service the analysis and the simulator use (``io/imageref``,
+``caches/entries``) under the target's key mode and entry rule, as the request starts. After
+the run the requests are replayed through the target's cache model (``mmdatagen.caches``, the
+simulator's own implementation) in the order the server's cache saw them:
 
 - the simulator publishes that order (its cache timeline, per X-Request-ID): the prediction is
   then exact;
@@ -40,18 +40,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..caches import TIMELINE_PATH, CacheTarget
-from ..caches.items import RequestItems
-from ..errors import DatasetError, UserError
-from ..io.imageref import (
+from ..caches.entries import (
     DEFAULT_BATCHED_TOKENS,
-    DEFAULT_URL_SIZE,
-    ImageIdentifier,
     entry_size,
     front_budget,
     image_flags,
     make_target_cache,
     request_items,
 )
+from ..caches.items import RequestItems
+from ..errors import DatasetError, UserError
+from ..io.imageref import DEFAULT_URL_SIZE, ImageIdentifier
 from ..io.readers import Turn
 from ..metrics import NONE, RecordTable
 from ..outcomes import engine_processed_rows

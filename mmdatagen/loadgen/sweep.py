@@ -342,7 +342,7 @@ class _Predictions:
     def _predict(self, prof: Profile, cache_gb: float, slots: int) -> dict[str, Any]:
         from ..analysis.predict import Semantics, analyze
         from ..analysis.trace import trace_from_dataset
-        from ..io.imageref import front_budget
+        from ..caches.entries import front_budget
         from ..vlm import resolve_model
 
         target = prof.cache_target()

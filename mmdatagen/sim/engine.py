@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ..caches import CacheModel, CacheTarget
-from ..io.imageref import front_budget, image_flags, make_target_cache, request_items
+from ..caches.entries import front_budget, image_flags, make_target_cache, request_items
 from ..metrics import STAGES, stage_block
 from ..vlm import VisionModel
 from .profile import Profile

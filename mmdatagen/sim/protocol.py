@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
+from ..caches.entries import entry_size
 from ..errors import DatasetError, UserError
-from ..io.imageref import ImageIdentifier, entry_size
+from ..io.imageref import ImageIdentifier
 from ..vlm import VisionModel
 from .engine import SimImage
 from .errors import RequestError
@@ -45,7 +46,8 @@ class ParsedRequest:
 
 class ImageResolver:
     """Turns image references into :class:`SimImage`: identity and entry size come from the one
-    service the analysis and the loader's prediction use (``io/imageref``), under the
+    service the analysis and the loader's prediction use (``io/imageref``,
+    ``caches/entries``), under the
     profile's cache target; errors become 400 answers. Local paths are refused (an HTTP
     server only sees data URLs and http(s) URLs) unless ``allow_paths`` (virtual runs)."""
 
