@@ -214,16 +214,16 @@ def check_value(name: str, opt: Opt, kind: Any, value: Any) -> Any:
 def check_field(f: dataclasses.Field, opt: Opt, value: Any) -> Any:
     """A field's value checked (one value, or each of a multiple/nargs option's values)."""
     kind = field_kind(f, opt)
-    if opt.multiple or opt.nargs > 1:
-        if value is None:
-            return None
-        if not isinstance(value, (tuple, list)):
-            raise SpecError(f.name, f"must be a list, got {value!r}")
-        checked = tuple(check_value(f.name, opt, kind, v) for v in value)
-        if opt.item is not None:
-            _list_of(f, opt, checked)  # every number parses and is in range, or one error
-        return checked
-    return check_value(f.name, opt, kind, value)
+    if not (opt.multiple or opt.nargs > 1):
+        return check_value(f.name, opt, kind, value)
+    if value is None:
+        return None
+    if not isinstance(value, (tuple, list)):
+        raise SpecError(f.name, f"must be a list, got {value!r}")
+    checked = tuple(check_value(f.name, opt, kind, v) for v in value)
+    if opt.item is not None:
+        _list_of(f, opt, checked)  # every number parses and is in range, or one error
+    return checked
 
 
 def validate(spec: T) -> T:

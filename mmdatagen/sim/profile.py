@@ -180,4 +180,5 @@ def profile_from_dict(data: dict[str, Any], name: str = "custom") -> Profile:
 def load_profile(name_or_path: str) -> Profile:
     """A shipped profile by name (``configs/profiles/<name>.yaml``) or a YAML file path."""
     path = find_config(name_or_path, "profiles")
-    return profile_from_dict(load_yaml(path), name=path.stem)
+    data = load_yaml(path)
+    return profile_from_dict(data, name=path.stem)
