@@ -12,7 +12,7 @@ from mmdatagen.errors import SpecError
 from mmdatagen.loadgen.sweep import parse_sim_params, sweep_config
 from mmdatagen.settings.base import build, for_cli
 from mmdatagen.settings.load import Load
-from mmdatagen.settings.sweep import BASE_CACHE_GB, SweepGrid, SweepTarget
+from mmdatagen.settings.sweep import SweepGrid, SweepTarget
 
 
 @given(st.lists(st.integers(1, 10**6), min_size=1, max_size=8, unique=True),
@@ -63,7 +63,37 @@ def test_config_from_specs(tmp_path):
     assert cfg.grid == {"concurrency": [1, 2], "max_running": [4]}
     assert cfg.repeats == 3 and cfg.target.output_dir == Path(tmp_path / "sw") and not cfg.quiet
     base = cfg.base
-    assert base.load.quiet and base.load.seed == 7 and base.cache.cache_size == BASE_CACHE_GB
+    assert base.load.quiet and base.load.seed == 7
+    assert base.cache.cache_size == 10.0  # dynamo-embedding's default, in GiB
     assert base.slos == (("time_to_first_token", 100.0),)
     assert cfg.expand() == [{"concurrency": 1, "max_running": 4},
                                          {"concurrency": 2, "max_running": 4}]
+
+
+@pytest.mark.parametrize("profile, sim_args, url, cache, size", [
+    ("qwen3-vl-30b-gb200", (), None, None, 10.0),  # dynamo-embedding: 10 GiB
+    ("seed-b-gb200-vllm", (), None, None, 8192.0),  # vllm-encoder: 8,192 tokens, not 10
+    ("qwen3-vl-30b-gb200", ("--cache=sglang-vlm",), None, None, 100.0),  # --sim-arg's target
+    ("qwen3-vl-30b-gb200", (), "http://127.0.0.1:9", "vllm-processor", 4.0),  # the prediction's
+])
+def test_a_sweep_that_does_not_sweep_the_cache_sizes_it_as_its_target_does(
+        tmp_path, profile, sim_args, url, cache, size):
+    """Where the grid has no cache size, every run takes the default of the cache it sizes, in
+    that cache's unit (a fixed 10 read as tokens was an encoder cache of 10 tokens)."""
+    from dataclasses import replace
+
+    from mmdatagen.loadgen.sweep import base_cache_size
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "hi"}\n')
+    load = build(Load, {"input_file": data, "profile": profile, "sim_args": sim_args,
+                        "model": "m" if url else None})
+    cfg = sweep_config(load, build(SweepGrid, {"concurrency": ("1",)}),
+                       build(SweepTarget, {"output_dir": tmp_path / "sw", "url": url}), 1)
+    if cache is not None:
+        cfg = replace(cfg, base=replace(cfg.base, cache=replace(cfg.base.cache, cache=cache,
+                                                                 cache_size=None)))
+        assert base_cache_size(cfg.base) == size
+    else:
+        assert cfg.base.cache.cache_size == size
+

@@ -40,7 +40,7 @@ from ..scheduling import slots_for
 from ..settings.load import Load
 from ..settings.report import ReportOutput
 from ..settings.run import BenchRun
-from ..settings.sweep import BASE_CACHE_GB, SweepGrid, SweepSearch, SweepTarget
+from ..settings.sweep import SweepGrid, SweepSearch, SweepTarget
 from ..settings.values import list_items
 from .run import failed_run
 from .stats import summarize
@@ -197,11 +197,27 @@ def sweep_config(load: Load, grid: SweepGrid, target: SweepTarget, repeats: int,
     from .setup import bench_run
 
     base = bench_run(load, BenchTarget(url=target.url, output_dir=Path(target.output_dir)),
-                     BenchCache(cache_size=BASE_CACHE_GB), goodput=goodput)
-    base = replace(base, load=replace(base.load, quiet=True))
+                     BenchCache(), goodput=goodput)
+    base = replace(base, load=replace(base.load, quiet=True),
+                   cache=replace(base.cache, cache_size=base_cache_size(base)))
     return SweepConfig(base=base, grid=sweep_grid(grid), repeats=repeats, target=target,
                        report=report or ReportOutput(), quiet=load.quiet,
                        search=search if search is not None and search.search else None)
+
+
+def base_cache_size(run: BenchRun) -> float:
+    """The cache size of a sweep's runs where its grid does not sweep one: the default of the
+    cache the runs size, in that cache's unit (the embedded simulator's target, ``--sim-arg``
+    included; with a ``url``, the prediction's target). Written in every run's config."""
+    from ..caches import get_target
+    from ..sim.study import load_engine_profile
+
+    if run.target.url:
+        target = get_target(run.cache_name)
+    else:
+        sim = run.simulator()
+        target = load_engine_profile(sim.engine, sim.cache).cache_target()
+    return float(target.resolve(run.cache.cache_size))
 
 
 def _validate(cfg: SweepConfig) -> None:
@@ -284,9 +300,9 @@ def _load_done(run_dir: Path) -> Export | None:
     return doc
 
 
-def _capacity(prof: Profile, cache_gb: float | None) -> float:
+def _capacity(prof: Profile, cache_size: float | None) -> float:
     """The cache size a run uses: the given one, else the profile's cache target's default."""
-    return prof.cache_target().resolve(cache_gb)
+    return prof.cache_target().resolve(cache_size)
 
 
 def run_virtual(run: BenchRun, prof: Profile, predicted: dict[str, Any] | None) -> Export:
@@ -331,15 +347,15 @@ class _Predictions:
         self.traces: dict[str, Any] = {}
         self.done: dict[tuple[object, ...], dict[str, Any]] = {}
 
-    def get(self, prof: Profile, cache_gb: float | None, slots: int) -> dict[str, Any]:
+    def get(self, prof: Profile, cache_size: float | None, slots: int) -> dict[str, Any]:
         target = prof.cache_target()
-        size = _capacity(prof, cache_gb)
+        size = _capacity(prof, cache_size)
         key = (target.name, target.key, target.present, prof.model, size, slots)
         if key not in self.done:
             self.done[key] = self._predict(prof, size, slots)
         return self.done[key]
 
-    def _predict(self, prof: Profile, cache_gb: float, slots: int) -> dict[str, Any]:
+    def _predict(self, prof: Profile, cache_size: float, slots: int) -> dict[str, Any]:
         from ..analysis.predict import Semantics, analyze
         from ..analysis.trace import trace_from_dataset
         from ..caches.entries import front_budget
@@ -355,11 +371,11 @@ class _Predictions:
                     Semantics(target=target.name, oversize=target.oversize, insert=insert,
                               encoder_budget=budget, in_flight=slots, dispatch="sessions",
                               orders=1),
-                    cache_bytes=[target.capacity(cache_gb)], want_curve=False)
+                    cache_bytes=[target.capacity(cache_size)], want_curve=False)
         c = a.summary["capacities"][0]
         return {"references": a.summary["references"], "hits": c["hits"],
                 "misses": a.summary["references"] - c["hits"], "hit_rate": c["hit_rate"],
-                "model": prof.model, "cache_gb": cache_gb,
+                "model": prof.model, "cache_gb": cache_size,
                 "order": f"the dispatch core's: {slots} slots replaying sessions, completions "
                          "first-in first-out (mmdatagen analyze --dispatch sessions "
                          f"--in-flight {slots})",

@@ -27,8 +27,6 @@ LOAD_HELP = {
     "seed": "Repeat k uses seed + k - 1 (arrivals, random_pool draws).",
     "quiet": "No progress lines and no table.",
 }
-#: The embedded simulator's cache (GiB) where the grid does not sweep it.
-BASE_CACHE_GB = 10.0
 
 
 @spec
@@ -44,8 +42,8 @@ class SweepGrid:
                                                 "caps)" + LIST_HELP, float, min=common.MIN_RATE,
                                                 max=1e6)
     cache_size: tuple[str, ...] = list_option("--cache-size", "The embedded simulator's cache "
-                                              "size, in its target's unit (default 10; "
-                                              "simulator only)" + LIST_HELP, float, "SIZE",
+                                              "size, in its target's unit (default: the "
+                                              "target's own; simulator only)" + LIST_HELP, float, "SIZE",
                                               max=SIZE_MAX, aliases=SIZE_ALIASES)
     grid_sim_params: tuple[str, ...] = option((), "--sim-param", "Sweep a simulator profile "
                                               "field, e.g. max_running=32,52; repeatable.",
