@@ -73,6 +73,23 @@ def test_simulator_settings_derive_from_the_run(data):
         bench_run(replace(load, sim_args=("--cache-size", "-1")))
 
 
+def test_the_prediction_sizes_the_cache_the_simulator_runs(data):
+    """The embedded simulator's cache as ``--sim-arg`` leaves it (size, geometry) is the one the
+    loader's prediction replays; before, it took the run's own size (the default 10 GiB where
+    the simulator ran 3) and geometry."""
+    from mmdatagen.loadgen.predict import prediction_setup
+
+    load = build(Load, {"input_file": data, "sim_args": ("--cache-size", "3",
+                                                         "--hidden-size", "1024")})
+    run = bench_run(load, geometry=Geometry(hidden_size=2048))
+    tracker, note = prediction_setup(run, None, run.simulator())
+    assert note is None and tracker is not None
+    assert tracker.target.name == "dynamo-embedding" and tracker.capacity == 3.0
+    assert tracker.model.hidden_size == 1024
+    tracker, _ = prediction_setup(run, None)  # a server of the user's: the run's own values
+    assert tracker is not None and tracker.capacity == 10 and tracker.model.hidden_size == 2048
+
+
 def test_check_run_refuses_what_needs_several_specs(data, tmp_path):
     load = build(Load, {"input_file": data, "model": "m"})
     run = BenchRun(load, BenchTarget(output_dir=tmp_path / "o"))

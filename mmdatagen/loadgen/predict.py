@@ -545,8 +545,9 @@ def prediction_setup(run: Any, encoder: Any, embedded: Any = None
                      ) -> tuple[ImageTracker | None, str | None]:
     """The tracker for a bench run, or why there is none. ``embedded``: the embedded
     simulator's settings (``settings.sim.Simulator``), whose cache is its profile's running the
-    asked target; a model outside the registry needs its geometry
-    (a local folder or flags): the run goes on, but says so on stderr at once."""
+    asked target, sized and keyed as the simulator runs it (``--sim-arg`` included: the
+    capacity, budget and geometry the server has); a model outside the registry needs its
+    geometry (a local folder or flags): the run goes on, but says so on stderr at once."""
     import sys
 
     from ..caches import get_target
@@ -554,8 +555,11 @@ def prediction_setup(run: Any, encoder: Any, embedded: Any = None
 
     if run.load.no_predict:
         return None, "prediction off (--no-predict)"
-    geometry, model_path = run.geometry.values(), run.geometry.model_path
-    batched, front = DEFAULT_BATCHED_TOKENS, run.cache.encoder_budget
+    # what the cache runs with: the embedded simulator's settings (--sim-arg included), else
+    # the run's own
+    cache, geo = (embedded.cache, embedded.geometry) if embedded else (run.cache, run.geometry)
+    geometry, model_path = geo.values(), geo.model_path
+    batched, front = DEFAULT_BATCHED_TOKENS, cache.encoder_budget
     try:
         if embedded:  # the simulator's own profile, its --sim-arg overrides included
             from ..sim.study import load_engine_profile
@@ -571,7 +575,7 @@ def prediction_setup(run: Any, encoder: Any, embedded: Any = None
         note = f"no cache prediction: {exc}"
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)
         return None, note
-    capacity = target.resolve(run.cache.cache_size)
+    capacity = target.resolve(cache.cache_size)
     front = front_budget(target, model, front, batched)
     return ImageTracker(model, target, capacity, encoder, front), None
 
