@@ -9,11 +9,25 @@ import orjson
 import pytest
 from sim_helpers import fast_profile, png_url
 
+from mmdatagen.caches.model import OrderedCache
 from mmdatagen.errors import UserError
-from mmdatagen.sim.cache import EmbeddingCache
 from mmdatagen.sim.engine import Engine, SimImage, SimRequest
 from mmdatagen.sim.profile import load_profile, profile_from_dict
 from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
+
+
+class EmbeddingCache(OrderedCache):
+    """Dynamo's aggregated embedding cache (a byte LRU that skips entries larger than its
+    capacity) driven the old way: ``lookup(key)`` counts a query and refreshes a hit,
+    ``insert`` adds. The library's callers pass a request's items to ``lookup`` instead."""
+
+    def lookup(self, key, items=None):
+        if items is not None:
+            return super().lookup(key, items)
+        hit = self._count(key in self._data)
+        if hit:
+            self._data.move_to_end(key)
+        return hit
 
 
 def test_cache_lru_matches_reference_and_skips_oversize():
