@@ -299,18 +299,18 @@ def run_simulation(dataset: Path, profile: Profile, cache_size: float, concurren
                     ramp_to=ramp_to)
 
 
-def sweep_cache(turns: list[SimTurn], profile: Profile, sizes_gb: list[float], **kw) -> list[dict]:
-    """One virtual run per cache size: hit rate (profiling) and headline metrics (the what-if's
-    rows: ``sim.whatif``)."""
+def sweep_cache(turns: list[SimTurn], profile: Profile, sizes: list[float], **kw) -> list[dict]:
+    """One virtual run per cache size (in the target's unit): hit rate (profiling) and headline
+    metrics (the what-if's rows: ``sim.whatif``)."""
     from ..export import build_export
 
     rows = []
-    for gb in sizes_gb:
-        res = simulate(turns, profile, gb, **kw)
+    for size in sizes:
+        res = simulate(turns, profile, size, **kw)
         ex = build_export(res.records, input_config={})
         prof = [r for r in res.records if r.phase == "profiling"]
         refs = sum(r.image_hits + r.image_misses for r in prof)
-        row = {"cache_gb": gb,
+        row = {"cache_gb": size,  # the what-if's rows keep the export name
                "hit_rate": 100.0 * sum(r.image_hits for r in prof) / refs if refs else None,
                "ttft_p50": (ex.get("time_to_first_token") or {}).get("p50"),
                "ttft_p99": (ex.get("time_to_first_token") or {}).get("p99")}
