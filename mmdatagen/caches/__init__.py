@@ -1,6 +1,7 @@
-"""Engine caches: the targets users size (``targets``, data in ``data/caches.json``) and their
+"""Engine caches: the targets users size (``targets``, data in ``data/caches.json``), their
 semantics, implemented once (``model``) for the simulator, the loader's prediction and the
-reference replays of the analysis."""
+reference replays of the analysis, and what an image, a clip or a request puts in them
+(``entries``)."""
 from .model import (
     RESET_PATHS,
     TIMELINE_PATH,
