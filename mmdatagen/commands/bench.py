@@ -23,14 +23,15 @@ if TYPE_CHECKING:
 @report_options
 def bench(**v: Any) -> None:
     """Benchmark an OpenAI-compatible server with an AIPerf dataset (AIPerf-compatible metrics)."""
-    from ..io.atomic import output_lock, reading
-    from ..loadgen.run import finish_run, run_bench
+    from ..io.atomic import writing
+    from ..loadgen.run import finish_run, run_bench, run_outputs
     from ..loadgen.setup import bench_run
 
     load, target = make(Load, v), make(BenchTarget, v)
     run = bench_run(load, target, make(BenchCache, v), make(Geometry, v), make(LoadShard, v),
                     v["goodput"])
-    with reading([load.input_file]), output_lock(target.output_dir):  # the report is written too
+    out = Path(target.output_dir)
+    with writing(out, run_outputs(out), [load.input_file]):  # the report is written too
         result = run_bench(run)
         _show(result, load.quiet)
         if not v["no_report"]:

@@ -245,7 +245,7 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     """Join the workers in ``dirs`` into one export in ``output_dir``; ``processes`` (0: one per
     core, this one among them) read the workers' records (at most one per worker) and write
     the merged records."""
-    from ..io.atomic import output_lock, reading, remove_stale
+    from ..io.atomic import remove_stale, writing
 
     if not dirs:
         raise SpecError("runs", "needs the worker folders to merge")
@@ -254,8 +254,8 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
     out = Path(output_dir)
     # one writer of the folder: the temporaries a killed merge left in it go; the workers'
     # files are inputs, never replaced
-    with reading([w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME,
-                                                        CACHE_ITEMS_NAME)]), output_lock(out):
+    inputs = [w.path / n for w in workers for n in (EXPORT_NAME, RECORDS_NAME, CACHE_ITEMS_NAME)]
+    with writing(out, [out / EXPORT_NAME, out / RECORDS_NAME], inputs):
         for name in (EXPORT_NAME, RECORDS_NAME):
             remove_stale(out / name)
         return _merge(workers, out, force, processes)
@@ -264,11 +264,10 @@ def merge_runs(dirs: list[Path], output_dir: Path, force: bool = False,
 def _merge(workers: list[Worker], out: Path, force: bool, processes: int) -> MergeRunsResult:
     """``merge_runs`` once it holds the output folder."""
     from ..export import write_exports
-    from ..io.atomic import check_not_input, check_target
+    from ..io.atomic import check_target
     from ..lifecycle import large_frees_to_os, pool_size, rare_full_collections
 
     check_target(out / EXPORT_NAME, force)
-    check_not_input([out / EXPORT_NAME, out / RECORDS_NAME])
     large_frees_to_os()  # the prediction churns arrays of a million entries
     with rare_full_collections():
         table, items = _read_workers(workers, min(pool_size(processes), len(workers)))
