@@ -36,10 +36,11 @@ def manifest_params(workload: Workload, content: Content, output: Output,
 
 def make_plan(workload: Workload, content: Content, media: Media, seed: int) -> Plan:
     from .plans import pool_plan, sliding_window_plan
+    from .plans.media import DEFAULT_VIDEO_SIZE
 
     fn = pool_plan if isinstance(workload, PoolWorkload) else sliding_window_plan
     return fn(**workload.plan_args(), image_size=content.image_size, seed=seed,
-              video_size=media.video_size or "640x360")
+              video_size=media.video_size or DEFAULT_VIDEO_SIZE)
 
 
 def make_dataset(workload: Workload, content: Content, output: Output,

@@ -14,6 +14,7 @@ from ..errors import SpecError, UserError
 from .sizes import parse_sizes
 
 MODALITIES = ("video", "audio")
+DEFAULT_VIDEO_SIZE = "640x360"  # a workload's videos where no --video-size is given
 
 
 @dataclass

@@ -6,7 +6,7 @@ import numpy as np
 from .. import rng
 from ..errors import SpecError, UserError
 from .base import Plan, require_positive
-from .media import MediaPlan, check_counts, video_media
+from .media import DEFAULT_VIDEO_SIZE, MediaPlan, check_counts, video_media
 from .sizes import assign_sizes, parse_sizes
 
 REUSE_PATTERNS = ("first-pass-unique", "uniform", "zipf", "cyclic")
@@ -114,7 +114,7 @@ def pool_plan(num_requests: int = 1000, pool_size: int | None = 200, images_per_
               target_reuse: float | None = None, image_size: str | list = "640x480",
               seed: int = 0, videos_per_request: int = 0, audios_per_request: int = 0,
               video_pool_size: int | None = None, audio_pool_size: int | None = None,
-              video_size: str | list = "640x360") -> Plan:
+              video_size: str | list = DEFAULT_VIDEO_SIZE) -> Plan:
     """Build the pool plan (see REUSE_PATTERNS); ``target_reuse`` derives the pool size.
 
     Videos and audios draw from their own pools (default: ``pool_size`` items each) with the

@@ -6,7 +6,7 @@ import numpy as np
 from .. import rng
 from ..errors import SpecError, UserError
 from .base import Plan, require_positive
-from .media import MediaPlan, check_counts, video_media
+from .media import DEFAULT_VIDEO_SIZE, MediaPlan, check_counts, video_media
 from .sizes import assign_sizes, parse_sizes
 
 ORDERS = ("turn-major", "user-major", "random")
@@ -36,7 +36,7 @@ def sliding_window_plan(users: int = 30, turns: int = 8, window: int = 5, stride
                         order: str = "turn-major", shared_fraction: float = 0.0,
                         text_sharing: str = "row", image_size: str | list = "2400x1080",
                         seed: int = 0, videos_per_request: int = 0, audios_per_request: int = 0,
-                        video_size: str | list = "640x360") -> Plan:
+                        video_size: str | list = DEFAULT_VIDEO_SIZE) -> Plan:
     """User u, turn t shows images ``u*P + t*s ... u*P + t*s + W - 1`` with P = W + (T-1)s.
 
     ``shared_fraction`` turns round(f*W) slots of every window into a window over one sequence

@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..plans.media import DEFAULT_VIDEO_SIZE
 from . import common
 from .base import SpecError, option, spec
 
@@ -86,7 +87,8 @@ class Media:
     """Video and audio items (used only when a workload asks for them; defaults in brackets)."""
 
     video_size: str | None = option(None, "--video-size", "Video WxH (even sides) or weighted "
-                                    "list 640x360:3,1280x720:1 (default 640x360).")
+                                    "list 640x360:3,1280x720:1 (default "
+                                    f"{DEFAULT_VIDEO_SIZE}).")
     video_frames: int | None = option(None, "--video-frames", "Frames per video (default 16).",
                                       kind=int, min=1, max=100_000)
     video_duration: float | None = option(None, "--video-duration", "Seconds per video (frames = "
