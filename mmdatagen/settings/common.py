@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+from ..arrivals import ARRIVALS
 from ..errors import SpecError
 from .base import option
 
@@ -49,7 +50,7 @@ def request_rate() -> Any:
 def arrival() -> Any:
     return option("poisson", "--arrival", "Arrival process with --request-rate: poisson, "
                   "constant, or gamma (shape --burstiness).",
-                  choices=("poisson", "constant", "gamma"), aliases=("--arrival-pattern",))
+                  choices=ARRIVALS, aliases=("--arrival-pattern",))
 
 
 def burstiness() -> Any:

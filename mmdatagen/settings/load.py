@@ -6,12 +6,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+from ..arrivals import Arrival
 from . import common
 from .base import SpecError, option, spec
 from .values import check_labels
 
 DatasetType = Literal["auto", "single_turn", "multi_turn", "random_pool"]
-Arrival = Literal["poisson", "constant"]
 EndpointType = Literal["chat", "completions"]
 HttpClient = Literal["raw", "aiohttp"]
 
