@@ -19,6 +19,8 @@
 - :func:`guard_standard_streams`: every write to standard output is checked (a short write on a
   full disk or under ``ulimit -f`` is an error, not a silently cut file); a closed stdout is an
   error on the first write, and its file descriptor is never reused by an output file.
+- :func:`run_loop`: THE event loop of a long-lived asyncio program (the loader, the
+  simulator): uvloop's where it is installed (the ``fast`` extra), else asyncio's.
 - :func:`rare_full_collections`: while a benchmark's requests run, and while merge-runs joins a
   million records, the cycle collector's full collections wait (their pause grows with every
   live object: in a run's records, a TTFT outlier; in a merge, seconds).
@@ -33,11 +35,13 @@ import io
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from .errors import RunFailed, SpecError, UserError
+
+T = TypeVar("T")
 
 # ctypes, multiprocessing and concurrent.futures' process pool are imported where they are
 # used: every command imports this module first, and they cost about 50 ms of each start
@@ -118,6 +122,22 @@ def outcome(exc: BaseException) -> tuple[int, str] | None:
         return (EXIT_ENVIRONMENT if is_environment_error(exc) else EXIT_USER,
                 f"error: {describe_os_error(exc)}")
     return None
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on a new event loop: uvloop's where it is installed, else
+    asyncio's own."""
+    import asyncio
+
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
 
 
 def exit_now(code: int) -> None:

@@ -15,7 +15,7 @@ from ..console import console_table
 from ..errors import RunFailed, SpecError, UserError
 from ..export import build_export, write_exports
 from ..io.readers import detect_format, iter_turns
-from ..lifecycle import raise_stopped, rare_full_collections
+from ..lifecycle import raise_stopped, rare_full_collections, run_loop
 from ..metrics import NONE, RecordTable, as_table
 from ..scheduling import slots_for
 from .client import make_client
@@ -515,15 +515,6 @@ async def _run_async(run: BenchRun, url: str, sim: Simulator | None = None,
     return BenchResult(export, s.ctx.records, paths, console_table(export), stopped)
 
 
-def _run_loop(coro):
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
-
-
 def run_bench(run: BenchRun) -> BenchResult:
     """Run one benchmark (starting the embedded simulator when the run has no ``url``); a
     sharded worker runs its share (``loadgen/shard.py``). In turn: the run checked, this
@@ -544,12 +535,12 @@ def _run_with_target(run: BenchRun) -> BenchResult:
     driving: list = []
     try:
         if run.target.url:
-            return _run_loop(_run_async(run, run.target.url, driving=driving))
+            return run_loop(_run_async(run, run.target.url, driving=driving))
         from ..sim.embedded import EmbeddedServer
 
         sim = run.simulator()  # derived once: the server and the prediction take the same
         with EmbeddedServer(sim) as srv:  # started inside: no unguarded moment
-            return _run_loop(_run_async(run, srv.url, sim, driving))
+            return run_loop(_run_async(run, srv.url, sim, driving))
     except KeyboardInterrupt:
         if not driving:
             _write_unstarted(run)

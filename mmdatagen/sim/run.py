@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,7 @@ from aiohttp import web
 
 from ..errors import SpecError, UserError
 from ..io.atomic import atomic_write_bytes, check_target
-from ..lifecycle import raise_stopped
+from ..lifecycle import raise_stopped, run_loop
 from .faults import FaultConfig
 from .server import SimServer
 
@@ -113,14 +112,7 @@ def run(sim: SimServer, host: str, port: int, ready_file: Path | None) -> None:
         if not folder.is_dir():
             raise SpecError("ready_file", f"folder {folder} does not exist")
         check_target(Path(ready_file), force=True)
-    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    try:
-        import uvloop
-        factory = uvloop.new_event_loop
-    except ImportError:
-        pass
-    with asyncio.Runner(loop_factory=factory) as runner:
-        signum = runner.run(serve_forever(sim, host, port, ready_file))
+    signum = run_loop(serve_forever(sim, host, port, ready_file))
     if signum is not None:
         raise_stopped(signum)  # exit 143 (SIGTERM) or 130 (Ctrl-C), as every command
 
