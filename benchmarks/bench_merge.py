@@ -56,8 +56,8 @@ def fake_workers(tmp: Path, total: int, workers: int, cache_items: bool) -> list
     import orjson
 
     from mmdatagen.caches import get_target
-    from mmdatagen.export import record_lines
     from mmdatagen.caches.entries import entry_size
+    from mmdatagen.export import record_lines
     from mmdatagen.loadgen.predict import CACHE_ITEMS_NAME
     from mmdatagen.metrics import RecordTable
     from mmdatagen.vlm import resolve_model

@@ -26,8 +26,8 @@ from loadgen_helpers import make_run, write_jsonl
 from PIL import Image
 
 from mmdatagen.caches import get_target, make_cache
-from mmdatagen.console import console_table
 from mmdatagen.caches.entries import entry_size
+from mmdatagen.console import console_table
 from mmdatagen.loadgen.run import run_bench
 from mmdatagen.metrics import NONE, RecordTable, RequestRecord
 from mmdatagen.outcomes import engine_faults, engine_processed, engine_processed_rows
