@@ -120,3 +120,25 @@ def test_the_compiled_replay_equals_the_cache_model(data, target):
     tracker._compiled_tiers = lambda capacity: None  # the cache model, request by request
     slow = tracker.replay(ev)
     assert fast[0].tolist() == slow[0].tolist() and fast[1].tolist() == slow[1].tolist()
+
+
+def test_a_connector_of_no_bytes_holds_not_even_an_empty_entry():
+    """Found by the property above: behind a front of 1 token, a request repeats an
+    undecodable image (entry size 0) after the request that first used it has finished. The
+    connector has 0 bytes, so it is off: the model counts no hit there; the compiled replay
+    counted one (an LRU of 0 bytes keeps an entry of 0 bytes)."""
+    import numpy as np
+
+    from mmdatagen.loadgen.predict import ImageTracker, RequestColumns, _Request
+    from mmdatagen.vlm import generic_model
+
+    tracker = ImageTracker(generic_model(1, 1), get_target("dynamo-embedding"), 0.0, None, 1)
+    tracker.real_engine = False
+    ev = (np.array([0, 1, 0], np.int64), np.array([0, 0, 1], np.int64))  # r0, r0 done, r1
+    tracker.requests = [_Request([(1, 0), (3, 1)], 2), _Request([(0, 1), (1, 0)], 2)]
+    fast = tracker.replay(ev)
+    tracker.requests = RequestColumns.of(tracker.requests)
+    tracker._compiled_tiers = lambda capacity: None  # the cache model, request by request
+    slow = tracker.replay(ev)
+    assert fast[0].tolist() == slow[0].tolist() == [0, 0]
+    assert fast[1].tolist() == slow[1].tolist()

@@ -118,5 +118,7 @@ def event_hits(items: RequestItems, kinds: np.ndarray, reqs: np.ndarray, front: 
         return (np.bincount(owner[refs[served[refs]]], minlength=n),
                 np.bincount(owner[refs], minlength=n))
     back = refs[~served[refs]]
+    if capacity <= 0:  # the model's connector of 0 bytes is off: not even an empty entry hits
+        return np.zeros(n, np.int64), np.bincount(owner[back], minlength=n)
     hit = lru_hits(ids[back], sizes[ids[back]], capacity, "bypass", sizes.size)
     return np.bincount(owner[back[hit]], minlength=n), np.bincount(owner[back], minlength=n)
