@@ -34,7 +34,7 @@ test: install-test
 	$(ENGINE_TESTS)
 
 lint: install-test
-	$(BIN)/ruff check mmdatagen
+	$(BIN)/ruff check mmdatagen tests benchmarks
 	$(BIN)/mypy
 	@worse=$$($(BIN)/radon cc -s -n D mmdatagen); test -z "$$worse" || { echo "complexity worse than C:"; echo "$$worse"; exit 1; }
 

@@ -1,7 +1,7 @@
 """``mmdatagen analyze`` end to end: reports, JSON, sweeps, curve files, plots, errors."""
 import csv
-import re
 import json
+import re
 import sys
 
 import pytest

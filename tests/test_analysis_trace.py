@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from mmdatagen.analysis.trace import trace_from_dataset, trace_from_manifest
-from mmdatagen.io.manifest import Manifest
 from mmdatagen.errors import DatasetError, UserError
+from mmdatagen.io.manifest import Manifest
 from mmdatagen.vlm import get_model
 
 

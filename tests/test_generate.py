@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import read_rows
 from PIL import Image
 
-from conftest import read_rows
 from mmdatagen.content.tokenizers import get_tokenizer
 from mmdatagen.errors import SpecError
 from mmdatagen.io.manifest import read_manifest

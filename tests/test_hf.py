@@ -7,11 +7,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import read_rows
 from datasets import Image as HFImage
 from datasets import List
 from PIL import Image
 
-from conftest import read_rows
 from mmdatagen.io import hf
 from mmdatagen.io.manifest import read_manifest
 

@@ -43,7 +43,7 @@ def test_causal_replay_over_http(stub, tmp_path):
     assert len(res.records) == 6 and res.export["error_request_count"]["avg"] == 0
     log = list(stub.log)
     by_text = {e["body"]["messages"][0]["content"]: e for e in log}
-    for sid, texts in (("A", ["a0", "a1", "a2"]), ("B", ["b0", "b1"])):
+    for _sid, texts in (("A", ["a0", "a1", "a2"]), ("B", ["b0", "b1"])):
         corr = {by_text[t]["headers"]["X-Correlation-ID"] for t in texts}
         assert len(corr) == 1  # stable across a session's turns
         for prev, nxt in zip(texts, texts[1:]):

@@ -9,8 +9,14 @@ from PIL import Image
 
 from mmdatagen.errors import UserError
 from mmdatagen.io.readers import Turn
-from mmdatagen.loadgen.payload import (BodyConfig, ImageEncoder, build_body, coerce_value,
-                                       parse_extra_inputs, parse_headers)
+from mmdatagen.loadgen.payload import (
+    BodyConfig,
+    ImageEncoder,
+    build_body,
+    coerce_value,
+    parse_extra_inputs,
+    parse_headers,
+)
 
 DATA = "data:image/png;base64,AAAA"
 

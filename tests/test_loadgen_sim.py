@@ -5,7 +5,6 @@ import base64
 import io
 
 import numpy as np
-import pytest
 from loadgen_helpers import make_run, write_jsonl
 
 from mmdatagen.loadgen.run import run_bench

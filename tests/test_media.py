@@ -10,12 +10,12 @@ import av
 import numpy as np
 import orjson
 import pytest
-
 from conftest import read_rows, run_subprocess
+
 from mmdatagen.content.audio import AudioFactory, AudioStyle
 from mmdatagen.content.video import VideoFactory, VideoStyle
-from mmdatagen.io import hf
 from mmdatagen.errors import DatasetError
+from mmdatagen.io import hf
 from mmdatagen.io.manifest import (
     AudioEntry,
     Manifest,
@@ -324,8 +324,8 @@ def test_worker_count_never_changes_a_byte(run_cli, tmp_path):
 
 @pytest.mark.parametrize("cache,size", [("vllm-encoder", "150"), ("vllm-processor", "0.003")])
 def test_simulator_hits_equal_the_media_replay(run_cli, tmp_path, cache, size):
-    from mmdatagen.caches import get_target
     from mmdatagen.analysis.reuse import media_reuse
+    from mmdatagen.caches import get_target
     from mmdatagen.vlm import get_model
 
     path = gen(run_cli, "pool", tmp_path / "r.jsonl", "-n", 16, "--pool-size", 4,

@@ -151,10 +151,10 @@ def test_audio_resampling_omni_and_cache_bytes():
 def test_media_reuse_one_cache_for_every_modality(tmp_path):
     from click.testing import CliRunner
 
+    from mmdatagen.analysis.reuse import media_reuse
     from mmdatagen.caches import get_target
     from mmdatagen.cli import cli
     from mmdatagen.io.manifest import read_manifest
-    from mmdatagen.analysis.reuse import media_reuse
     from mmdatagen.vlm import get_model
 
     out = tmp_path / "d.jsonl"

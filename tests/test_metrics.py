@@ -5,8 +5,15 @@ import numpy as np
 import orjson
 import pytest
 
-from mmdatagen.metrics import (EXPORT_NAME, RECORDS_NAME, RequestRecord, build_export,
-                               console_table, stats_block, write_exports)
+from mmdatagen.metrics import (
+    EXPORT_NAME,
+    RECORDS_NAME,
+    RequestRecord,
+    build_export,
+    console_table,
+    stats_block,
+    write_exports,
+)
 
 MS = 1_000_000
 

@@ -151,7 +151,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 def test_sessions_replay_causally_and_concurrency_counts_sessions(tmp_path):
     rows = []
-    for turn in range(3):
+    for _turn in range(3):
         for user in range(4):
             rows.append({"text": "x" * 40, "session_id": f"u{user}"})
     path = _write(tmp_path / "s.jsonl", rows)

@@ -279,6 +279,6 @@ def test_time_scale_stretches_server_time():
                     await resp.read()
                 assert sim.driver.configured_s == pytest.approx(3 * 5.0 * scale / 1000)
                 async with sess.get(url + "/metrics") as resp:
-                    assert 'time_scale="%s"' % scale in await resp.text()
+                    assert f'time_scale="{scale}"' in await resp.text()
         assert out[4.0] >= 20_000_000  # one 5 ms step x 4
     run(go())

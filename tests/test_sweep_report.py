@@ -8,17 +8,16 @@ import math
 
 import orjson
 import pytest
+from browser_helpers import inspect_page
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loadgen_helpers import write_jsonl
 
 from mmdatagen.errors import UserError
 from mmdatagen.loadgen import goodput as gp
 from mmdatagen.loadgen import scrape, stats
 from mmdatagen.metrics import RequestRecord
 from mmdatagen.report import aggregate, figures
-
-from browser_helpers import inspect_page
-from loadgen_helpers import write_jsonl
 
 
 def rec(i, start_ms, ttft_ms, end_ms, tokens=5, ok=True, phase="profiling", hits=None,

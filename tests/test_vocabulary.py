@@ -13,7 +13,6 @@ import click
 import pytest
 
 from mmdatagen import cli
-from mmdatagen.settings.cli import SpecOption
 
 ROOT = Path(__file__).resolve().parents[1] / "mmdatagen"
 
@@ -74,7 +73,7 @@ def test_walk_sees_every_command():
 def test_one_flag_names_one_field():
     """A flag (shown or hidden) sets the same field on every command that has it."""
     fields: dict[str, set[str]] = defaultdict(set)
-    for command, name, primary, aliases in ROWS:
+    for _command, name, primary, aliases in ROWS:
         for flag in (primary, *aliases):
             fields[flag].add(name)
     shared = {flag: sorted(names) for flag, names in fields.items() if len(names) > 1}
@@ -84,7 +83,7 @@ def test_one_flag_names_one_field():
 def test_one_field_has_one_flag():
     """A field (one concept) is shown under the same flag on every command that has it."""
     flags: dict[str, set[str]] = defaultdict(set)
-    for command, name, primary, _ in ROWS:
+    for _command, name, primary, _ in ROWS:
         flags[name].add(primary)
     split = {name: sorted(f) for name, f in flags.items() if len(f) > 1}
     assert not split, f"fields with several flags: {split}\n{flag_table()}"

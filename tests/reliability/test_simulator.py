@@ -81,7 +81,7 @@ def test_malformed_http_logs_one_line_per_request(tmp_path):
         for data in bad:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                 sock.sendall(data)
-                assert sock.recv(64).startswith(b"HTTP/1.") 
+                assert sock.recv(64).startswith(b"HTTP/1.")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
