@@ -22,7 +22,7 @@ from mmdatagen.sim.profile import load_profile
 from mmdatagen.sim.virtual import OutputPolicy, load_turns, simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from sim_datasets import write_pool_dataset
+from sim_datasets import write_pool_dataset  # the tests' seed-A builder
 
 PUBLISHED = {
     "on": {"tps": 3575.6, "ttft": 526.0, "ttft_p50": 356.8, "itl": 14.1, "latency": 2630.0},

@@ -23,7 +23,7 @@ def start(*args, cwd: Path, fsize: int | None = None, **kw) -> subprocess.Popen:
 
     return subprocess.Popen([*MMDATAGEN, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            preexec_fn=setup,
+                            preexec_fn=setup,  # restores Ctrl-C, sets a limit
                             **kw)
 
 

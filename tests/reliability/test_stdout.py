@@ -25,7 +25,7 @@ def _run(args: list, cwd, fsize: int | None = None, close_stdout: bool = False,
 
     return subprocess.run([*MMDATAGEN, *map(str, args)], cwd=cwd, stdout=stdout,
                           stderr=subprocess.PIPE, text=True, timeout=120,
-                          preexec_fn=setup)
+                          preexec_fn=setup)  # a limit, a closed stdout
 
 
 def test_json_cut_short_by_a_file_size_limit_is_exit_1(tmp_path):
