@@ -210,13 +210,9 @@ def base_cache_size(run: BenchRun) -> float:
     cache the runs size, in that cache's unit (the embedded simulator's target, ``--sim-arg``
     included; with a ``url``, the prediction's target). Written in every run's config."""
     from ..caches import get_target
-    from ..sim.study import load_engine_profile
+    from ..sim.study import simulator_target
 
-    if run.target.url:
-        target = get_target(run.cache_name)
-    else:
-        sim = run.simulator()
-        target = load_engine_profile(sim.engine, sim.cache).cache_target()
+    target = get_target(run.cache_name) if run.target.url else simulator_target(run.simulator())
     return float(target.resolve(run.cache.cache_size))
 
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..caches import CacheTarget
 from ..errors import SpecError, UserError
 from ..scheduling import slots_for
 from ..settings.cache import Geometry, SimCache, SweepCache
@@ -21,10 +22,16 @@ def load_engine_profile(engine: Engine, cache: SimCache) -> Profile:
         token_budget=engine.token_budget, encoder_budget=cache.encoder_budget)
 
 
+def simulator_target(settings: Any) -> CacheTarget:
+    """The cache target a simulator's settings (``settings.sim.Simulator``) run: ``--cache``,
+    else its profile's."""
+    return load_engine_profile(settings.engine, settings.cache).cache_target()
+
+
 def cache_text(settings: Any) -> str:
     """A simulator's cache (``settings.sim.Simulator``) as people read it, in its target's unit:
     ``dynamo-embedding 10 GiB``, ``vllm-encoder 8192 tokens``."""
-    target = load_engine_profile(settings.engine, settings.cache).cache_target()
+    target = simulator_target(settings)
     return f"{target.name} {target.size_text(settings.cache.cache_size)}"
 
 
