@@ -204,14 +204,19 @@ def _record(ctx: Context, sess: Session, turn: Turn, phase: str, xid: str, res: 
         ctx.errors += 1
 
 
+def _fatal(ctx: Context, exc: UserError) -> None:
+    """A bad dataset row stops the whole run; the first such error is the run's."""
+    if ctx.fatal is None:
+        ctx.fatal = exc
+    ctx.sched.stop()
+
+
 async def worker(ctx: Context) -> None:
     """Run sessions until no ticket or no data is left; a bad dataset row stops the whole run."""
     try:
         await _worker(ctx)
     except UserError as exc:
-        if ctx.fatal is None:
-            ctx.fatal = exc
-        ctx.sched.stop()
+        _fatal(ctx, exc)
 
 
 async def _worker(ctx: Context) -> None:
@@ -231,8 +236,16 @@ async def _worker(ctx: Context) -> None:
 async def fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None) -> None:
     """Send each row at its ``timestamp`` (ms, relative to the first row's), lazily read.
 
-    No warmup; ``cap`` optionally bounds requests in flight (late rows then start late).
+    No warmup; ``cap`` optionally bounds requests in flight (late rows then start late). A bad
+    row stops the run, as in :func:`worker`.
     """
+    try:
+        await _fixed_schedule(ctx, turns, limit, cap)
+    except UserError as exc:
+        _fatal(ctx, exc)
+
+
+async def _fixed_schedule(ctx: Context, turns, limit: int | None, cap: int | None) -> None:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     first: float | None = None

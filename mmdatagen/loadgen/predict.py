@@ -728,3 +728,18 @@ async def fetch_timeline(url: str, expected: set[str], timeout: float = 5.0) -> 
                 await asyncio.sleep(0.05)
     except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
+
+
+async def observe_order(tracker: ImageTracker, url: str, records: Sequence[Any],
+                        server_log: Any = None) -> dict | None:
+    """What the server tells of the order it saw a finished run's requests in, kept on the
+    tracker: the simulator's cache timeline at ``url`` (exact; returned), else the places its
+    log (``server_log``) gives the requests it processed, or why it could not."""
+    timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
+    tracker.timeline = timeline
+    if timeline is None and server_log is not None:
+        from ..outcomes import engine_processed
+
+        tracker.server_order, tracker.order_note = await read_server_order(
+            server_log, {r.x_request_id for r in records if engine_processed(r)})
+    return timeline

@@ -6,7 +6,7 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,16 +24,14 @@ from .payload import ENDPOINT_PATHS, BodyConfig, ImageEncoder
 from .predict import (
     CACHE_ITEMS_NAME,
     cache_item_lines,
-    fetch_timeline,
+    observe_order,
     prediction_result,
     prediction_setup,
-    read_server_order,
 )
 from .scrape import MetricsSampler, counter_delta, parse_cache_counters, scrape_metrics  # noqa: F401
-from .shard import Shard, file_digest, probe_clock, seconds_to_start, worker_run
+from .shard import Shard, file_digest, worker_run, worker_start
 
 if TYPE_CHECKING:
-    from ..settings.load import Load
     from ..settings.run import BenchRun
     from ..settings.sim import Simulator
 
@@ -164,14 +162,6 @@ def to_simulated_time(records: list, scale: float) -> None:
         r.end_ns, r.response_end_ns = conv(r.end_ns), conv(r.response_end_ns)
         if r.server_ttft_ns is not None:
             r.server_ttft_ns = round(r.server_ttft_ns / scale)
-
-
-async def _fixed(ctx: Context, turns, load: Load) -> None:
-    try:
-        await fixed_schedule(ctx, turns, load.request_count, load.concurrency)
-    except UserError as exc:
-        ctx.fatal = exc
-        ctx.sched.stop()
 
 
 class _Stopper:
@@ -324,7 +314,8 @@ def _start(s: _Session, stop: Any, tasks: list) -> int:
         pass  # stopped during the first scrape: no request is sent
     elif load.fixed_schedule:
         n_workers = load.concurrency or 0
-        tasks.append(asyncio.ensure_future(_fixed(s.ctx, s.open_turns(), load)))
+        tasks.append(asyncio.ensure_future(fixed_schedule(s.ctx, s.open_turns(),
+                                                          load.request_count, load.concurrency)))
     else:
         tasks.extend(asyncio.ensure_future(worker(s.ctx)) for _ in range(n_workers))
     return n_workers
@@ -432,13 +423,7 @@ async def _predicted(s: _Session, url: str, records: list, table: RecordTable
     run = s.run
     timeline = None
     if s.tracker is not None:
-        timeline = await fetch_timeline(url, {r.x_request_id for r in records if r.ok})
-        s.tracker.timeline = timeline
-        if timeline is None and run.load.server_log is not None:
-            from ..outcomes import engine_processed
-
-            s.tracker.server_order, s.tracker.order_note = await read_server_order(
-                run.load.server_log, {r.x_request_id for r in records if engine_processed(r)})
+        timeline = await observe_order(s.tracker, url, records, run.load.server_log)
     predicted = prediction_result(s.tracker, s.note, table, s.ctx.started, timeline)
     for r, hits in zip(records, table.predicted_hits.tolist()):
         r.predicted_hits = None if hits == NONE else hits
@@ -491,10 +476,7 @@ async def _run_async(run: BenchRun, url: str, sim: Simulator | None = None,
     server); ``driving`` gets an item once the requests start (before it, a Ctrl-C or
     SIGTERM raises, and ``_run_with_target`` writes the unstarted export)."""
     s = _session(run, url, sim)
-    if run.shard.num_shards > 1:
-        s.clock = await probe_clock(url)
-    if run.shard.start_at is not None:
-        await asyncio.sleep(seconds_to_start(run.shard.start_at))
+    s.clock = await worker_start(url, run.shard)
     if driving is not None:
         driving.append(True)
     d = await _drive(s, url)
@@ -534,17 +516,27 @@ def _run_with_target(run: BenchRun) -> BenchResult:
     for its start): an empty, cancelled export."""
     driving: list = []
     try:
-        if run.target.url:
-            return run_loop(_run_async(run, run.target.url, driving=driving))
-        from ..sim.embedded import EmbeddedServer
-
-        sim = run.simulator()  # derived once: the server and the prediction take the same
-        with EmbeddedServer(sim) as srv:  # started inside: no unguarded moment
-            return run_loop(_run_async(run, srv.url, sim, driving))
+        with _server(run) as (url, sim):
+            return run_loop(_run_async(run, url, sim, driving))
     except KeyboardInterrupt:
         if not driving:
             _write_unstarted(run)
         raise
+
+
+@contextlib.contextmanager
+def _server(run: BenchRun) -> Iterator[tuple[str, Simulator | None]]:
+    """The run's server: its url, or the embedded simulator started for it (``None`` or the
+    simulator's settings beside the address; derived once: the server and the prediction
+    take the same)."""
+    if run.target.url:
+        yield run.target.url, None
+        return
+    from ..sim.embedded import EmbeddedServer
+
+    sim = run.simulator()
+    with EmbeddedServer(sim) as srv:  # started inside the caller's guard: no unguarded moment
+        yield srv.url, sim
 
 
 def _write_unstarted(run: BenchRun) -> None:

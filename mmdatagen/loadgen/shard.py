@@ -16,6 +16,7 @@ together and ``merge-runs`` joins their records into one export.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
@@ -170,3 +171,12 @@ async def probe_clock(url: str, probes: int = PROBES, timeout: float = 5.0) -> d
     rtt, offset, resolution, source = best
     return {"offset_ns": offset, "uncertainty_ns": rtt // 2 + resolution // 2,
             "source": source, "probes": probes}
+
+
+async def worker_start(url: str, shard: Any) -> dict[str, Any] | None:
+    """A worker's start, once its requests are ready: its clock against the server's (a
+    sharded worker; None for an undivided run), then the wait for the agreed start time."""
+    clock = await probe_clock(url) if shard.num_shards > 1 else None
+    if shard.start_at is not None:
+        await asyncio.sleep(seconds_to_start(shard.start_at))
+    return clock
