@@ -554,6 +554,36 @@ def test_tie_window_joins_one_steps_first_tokens_behind_a_frontend():
     assert tie_window(lone) == TIE_NS
 
 
+# A run of the Dynamo stack (tests/real_engine/test_dynamo_stack.py, sliding-window sessions in
+# random order at concurrency 8, 2026-12-02): first tokens and send times as the client saw them
+# (ms from the first send, in first-token order). The engine's own trace looked up the request
+# at 1946.8 before those at 1937.7 and 1938.4: one step, its first tokens 9.1 ms apart.
+DYNAMO_FIRST_MS = [847.3, 1601.8, 1937.7, 1938.4, 1946.8, 2599.6, 2599.7, 2785.5, 2785.8, 2785.9,
+                   2912.4, 2912.7, 3069.7, 3069.8, 3069.8, 3164.9, 3164.9, 3267.8, 3268.0,
+                   3268.2, 3436.9, 3614.2, 3614.3, 3806.5, 3806.6, 3806.6, 3806.6, 3894.3,
+                   3894.5, 3972.9, 3974.1, 4027.7]
+DYNAMO_SENT_MS = [78.1, 0.0, 24.9, 7.1, 54.0, 33.0, 42.2, 1610.7, 66.7, 1941.5, 2616.1, 2610.8,
+                  2621.5, 2791.5, 2819.4, 2942.7, 2965.7, 3078.6, 3075.0, 2955.5, 3189.1, 3196.9,
+                  3204.6, 3354.1, 3378.7, 3360.4, 3364.9, 3436.7, 3647.5, 3813.5, 3809.2, 3902.2]
+
+
+def test_tie_window_takes_the_widest_jump_that_splits_no_step():
+    """The gaps between those first tokens jump twice: from 1.2 to 8.4 ms (the steeper) and from
+    8.4 to 53.7 ms. The steeper jump's window (5 ms) split the engine's step, which it looked
+    up in another order than the first tokens came; the higher one joins it, and keeps the
+    steps 54 ms and more apart as groups."""
+    from mmdatagen.loadgen.band import fcfs_windows, tie_window
+
+    first = (np.array(DYNAMO_FIRST_MS) * 1e6).astype(np.int64)
+    sent = (np.array(DYNAMO_SENT_MS) * 1e6).astype(np.int64)
+    tie = tie_window(first, sent)
+    assert 8.4e6 < tie < 53.7e6
+    w = fcfs_windows(sent, first, first, None)
+    assert len(set(w.lo[2:5].tolist())) == 1  # the engine's step: one group
+    assert w.lo[1] < w.lo[2] < w.lo[5]  # and the steps beside it apart
+    assert len(set(w.lo.tolist())) == 15
+
+
 def test_tie_window_does_not_join_steps_across_idle_gaps():
     """A GPU engine's bursts: steps 10-14 ms apart, each with first tokens within 1 ms of each
     other, every request after the first step sent just after an earlier step's first token,

@@ -1545,7 +1545,9 @@ def _last_lookups(cols: EventColumns, items: Sequence[Sequence[tuple[Hashable, i
 # step's spread below, the steps' spacing above), their geometric mean, unless that would put
 # in one step a request sent after another's first token (then steps, not a spread, lie below
 # the jump: an idle gap above them). A wider window only joins steps (a wider band, never a
-# wrong one).
+# wrong one), so of several such jumps the highest wins: behind Dynamo's frontend one step's
+# first tokens came 0.7 and 8.4 ms apart, steps 54 ms and more, and the steeper jump (1.2 to
+# 8.4 ms) split that step: the engine looked up the last of the three first.
 TIE_NS = 5_000_000
 TIE_JUMP = 3.0
 TIE_SPREAD_NS = 50_000_000  # the widest spread inside one step the jump may stand above
@@ -1569,19 +1571,19 @@ def tie_window(first: np.ndarray, sent: np.ndarray | None = None) -> int:
     """The tie window of first tokens ``first`` (ns, any order; ``sent``: the requests' send
     times, same order): ``TIE_NS``, or where the sorted gaps between them jump by ``TIE_JUMP``
     or more, from a gap of at most ``TIE_SPREAD_NS`` to one above ``TIE_NS``, the two gaps'
-    geometric mean (at most ``TIE_SPREAD_NS``): the largest such jump whose window puts no
-    request sent after another's first token in one step with it."""
+    geometric mean (at most ``TIE_SPREAD_NS``): of such jumps the highest (the widest window)
+    that puts no request sent after another's first token in one step with it. The widest, not
+    the steepest: where the gaps jump twice (one step's spread of 1.2 ms, then 8.4 ms, then
+    steps 54 ms apart), the lower jump would split a step, a band wrong for the engine's
+    order, where the higher one at worst joins two steps, a wider band."""
     order = np.argsort(np.asarray(first, np.int64), kind="stable")
     f = np.asarray(first, np.int64)[order]
     s = None if sent is None else np.asarray(sent, np.int64)[order]
     gaps = np.diff(f)
     gaps = np.unique(np.maximum(gaps[gaps > 0], 1_000_000))  # below 1 ms: as 1 ms
     below, above = gaps[:-1], gaps[1:]
-    jump = np.where((above > TIE_NS) & (below <= TIE_SPREAD_NS), above / np.maximum(below, 1),
-                    0.0)
-    for k in np.argsort(-jump, kind="stable").tolist():
-        if jump[k] < TIE_JUMP:
-            break
+    jump = (above > TIE_NS) & (below <= TIE_SPREAD_NS) & (above >= TIE_JUMP * below)
+    for k in np.flatnonzero(jump)[::-1].tolist():  # the widest window first
         tie = int(np.clip(np.sqrt(float(below[k]) * float(above[k])), TIE_NS, TIE_SPREAD_NS))
         if s is None or _one_step_possible(f, s, tie):
             return tie
