@@ -148,7 +148,7 @@ def test_generator_presets_give_the_seed_workloads(run_cli):
 BAD = [
     (["analyze", "--config", "qwen3-vl-30b-pool200", "--workload", "sliding-window"], "not"),
     (["analyze", "--config", "no-such-preset"], "cannot find config"),
-    (["analyze"], "DATASET or --workload"),
+    (["analyze"], "--workload or a DATASET"),
     (["analyze", "missing.jsonl"], "not found"),
     (["analyze", "--workload", "pool", "--cache-gb", "a:b"], "--cache-size"),  # the alias names its flag
     (["analyze", "--workload", "pool", "--cache-gb", "-1"], "negative"),

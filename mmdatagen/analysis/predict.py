@@ -9,7 +9,7 @@ import numpy as np
 
 from ..caches import DEFAULT_TARGET, CacheTarget, get_target
 from ..caches.targets import UNIT_SCALE
-from ..errors import UserError
+from ..errors import SpecError, UserError
 from ..vlm import VisionModel
 from . import concurrency, tiers
 from . import kernels as K
@@ -47,23 +47,28 @@ class Semantics:
     encoder_budget: int | None = None
 
     def check(self) -> None:
+        """Each value against its field (``SpecError``: the CLI names the flag)."""
         if self.oversize is not None and self.oversize not in OVERSIZE:
-            raise UserError(f"unknown oversize policy {self.oversize!r}")
+            raise SpecError("oversize", f"{self.oversize!r} is unknown; choose from "
+                            f"{', '.join(OVERSIZE)}")
         if self.insert is not None and self.insert not in INSERT:
-            raise UserError(f"unknown insert policy {self.insert!r}; choose from {', '.join(INSERT)}")
+            raise SpecError("register", f"{self.insert!r} is unknown; choose from "
+                            f"{', '.join(INSERT)}")
         if self.dispatch not in concurrency.DISPATCH:
-            raise UserError(f"unknown dispatch order {self.dispatch!r}")
+            raise SpecError("dispatch", f"{self.dispatch!r} is unknown; choose from "
+                            f"{', '.join(concurrency.DISPATCH)}")
         if self.in_flight < 1:
-            raise UserError(f"--in-flight must be at least 1, got {self.in_flight}")
+            raise SpecError("in_flight", f"must be at least 1, got {self.in_flight}")
         t = self.cache()
         if t.front is None and self.encoder_budget is not None:
-            raise UserError(f"an encoder budget sizes the front tier of a two-tier cache "
-                            f"(dynamo-embedding, dynamo-connector); cache {t.name} has none")
+            raise SpecError("encoder_budget", "sizes the front tier of a two-tier cache "
+                            f"(dynamo-embedding, dynamo-connector); `cache` {t.name} has none")
         if t.front is not None and (t.oversize != "bypass" or not t.insert_on_lookup):
-            raise UserError(f"cache {t.name} saves at lookup and skips oversize entries behind "
-                            "vLLM's encoder cache: its insert and oversize rules are fixed")
+            raise SpecError("cache", f"{t.name} saves at lookup and skips oversize entries "
+                            "behind vLLM's encoder cache: its `register` and `oversize` rules "
+                            "are fixed")
         if self.encoder_budget is not None and self.encoder_budget < 1:
-            raise UserError(f"the encoder budget must be at least 1 token, got "
+            raise SpecError("encoder_budget", f"must be at least 1 token, got "
                             f"{self.encoder_budget}")
 
     def cache(self) -> CacheTarget:

@@ -52,7 +52,7 @@ def run_request(req: AnalyzeRequest) -> list[Result]:
     """One (swept parameters, analysis) per trace: one for a dataset, one per plan otherwise."""
     req = _with_preset(req)
     if (req.dataset is None) == (req.source.workload is None):
-        raise UserError("give either a DATASET or --workload pool|sliding-window")
+        raise SpecError("workload", "or a DATASET: give one of the two")
     run = _run_of(req)
     if req.dataset is not None:
         trace = dataset_trace(req)
