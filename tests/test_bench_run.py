@@ -82,11 +82,11 @@ def test_the_prediction_sizes_the_cache_the_simulator_runs(data):
     load = build(Load, {"input_file": data, "sim_args": ("--cache-size", "3",
                                                          "--hidden-size", "1024")})
     run = bench_run(load, geometry=Geometry(hidden_size=2048))
-    tracker, note = prediction_setup(run, None, run.simulator())
+    tracker, note = prediction_setup(run.load.model, run.cache, run.geometry, None, run.simulator())
     assert note is None and tracker is not None
     assert tracker.target.name == "dynamo-embedding" and tracker.capacity == 3.0
     assert tracker.model.hidden_size == 1024
-    tracker, _ = prediction_setup(run, None)  # a server of the user's: the run's own values
+    tracker, _ = prediction_setup(run.load.model, run.cache, run.geometry, None)  # the run's own
     assert tracker is not None and tracker.capacity == 10 and tracker.model.hidden_size == 2048
 
 

@@ -541,24 +541,23 @@ def _family(target: CacheTarget) -> str | None:
     return FAMILY_OF.get((target.metrics or {}).get("hits", ""))
 
 
-def prediction_setup(run: Any, encoder: Any, embedded: Any = None
-                     ) -> tuple[ImageTracker | None, str | None]:
-    """The tracker for a bench run, or why there is none. ``embedded``: the embedded
-    simulator's settings (``settings.sim.Simulator``), whose cache is its profile's running the
-    asked target, sized and keyed as the simulator runs it (``--sim-arg`` included: the
-    capacity, budget and geometry the server has); a model outside the registry needs its
-    geometry (a local folder or flags): the run goes on, but says so on stderr at once."""
+def prediction_setup(model_name: str, cache: Any, geometry: Any, encoder: Any,
+                     embedded: Any = None) -> tuple[ImageTracker | None, str | None]:
+    """The tracker for a bench run against a server of the user's (``cache``: the run's
+    ``settings.cache.BenchCache``, ``geometry``: its ``Geometry``, ``model_name``: its
+    model), or why there is none. ``embedded``: the embedded simulator's settings
+    (``settings.sim.Simulator``), whose cache is its profile's running the asked target, sized
+    and keyed as the simulator runs it (``--sim-arg`` included: the capacity, budget and
+    geometry the server has); a model outside the registry needs its geometry (a local folder
+    or flags): the run goes on, but says so on stderr at once."""
     import sys
 
     from ..caches import get_target
     from ..vlm import resolve_model
 
-    if run.load.no_predict:
-        return None, "prediction off (--no-predict)"
-    # what the cache runs with: the embedded simulator's settings (--sim-arg included), else
-    # the run's own
-    cache, geo = (embedded.cache, embedded.geometry) if embedded else (run.cache, run.geometry)
-    geometry, model_path = geo.values(), geo.model_path
+    if embedded:  # what the cache runs with: the simulator's settings (--sim-arg included)
+        cache, geometry = embedded.cache, embedded.geometry
+    values, model_path = geometry.values(), geometry.model_path
     batched, front = DEFAULT_BATCHED_TOKENS, cache.encoder_budget
     try:
         if embedded:  # the simulator's own profile, its --sim-arg overrides included
@@ -566,11 +565,11 @@ def prediction_setup(run: Any, encoder: Any, embedded: Any = None
 
             prof = load_engine_profile(embedded.engine, embedded.cache)
             target = prof.cache_target()
-            model = resolve_model(prof.model, model_path, **geometry)
+            model = resolve_model(prof.model, model_path, **values)
             batched, front = prof.token_budget, prof.encoder_budget
         else:
-            target = get_target(run.cache_name)
-            model = resolve_model(run.load.model, model_path, **geometry)
+            target = get_target(cache.target_name)
+            model = resolve_model(model_name, model_path, **values)
     except UserError as exc:
         note = f"no cache prediction: {exc}"
         print(f"warning: {note} (or --no-predict)", file=sys.stderr)

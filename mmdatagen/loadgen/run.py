@@ -300,7 +300,8 @@ def _session(run: BenchRun, url: str, sim: Simulator | None) -> _Session:
                       burstiness=load.burstiness, ramp_to=load.ramp_to)
     ctx = Context(client=client, path=endpoint, body_cfg=body_cfg, encoder=encoder,
                   source=source, sched=sched, multi_turn=fmt == "multi_turn")
-    tracker, note = prediction_setup(run, encoder, sim)
+    tracker, note = ((None, "prediction off (--no-predict)") if load.no_predict else
+                     prediction_setup(load.model, run.cache, run.geometry, encoder, sim))
     if tracker is not None:
         ctx.on_start = tracker.on_start
     return _Session(run, sim, fmt, encoder, source, sched, client, ctx, count, tracker, note)
@@ -327,7 +328,7 @@ def _target_metrics(s: _Session) -> dict:
         return s.tracker.target.metrics
     from ..caches import get_target
 
-    return get_target(s.run.cache_name).metrics
+    return get_target(s.run.cache.target_name).metrics
 
 
 async def _drive(s: _Session, url: str) -> _Drive:

@@ -148,6 +148,13 @@ class BenchCache:
     encoder_budget: int | None = option(None, "--encoder-budget", FRONT_HELP, kind=int, min=1,
                                         max=ENCODER_BUDGET_MAX)
 
+    @property
+    def target_name(self) -> str:
+        """The cache target the prediction sizes (``cache``, else Dynamo's embedding cache)."""
+        from ..caches import DEFAULT_TARGET
+
+        return self.cache or DEFAULT_TARGET
+
 
 @spec
 @dataclass(frozen=True)

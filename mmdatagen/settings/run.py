@@ -34,13 +34,6 @@ class BenchRun:
     image_cache_bytes: int = IMAGE_CACHE_BYTES
 
     @property
-    def cache_name(self) -> str:
-        """The cache target the prediction sizes (``--cache``, else Dynamo's embedding cache)."""
-        from ..caches import DEFAULT_TARGET
-
-        return self.cache.cache or DEFAULT_TARGET
-
-    @property
     def max_response_bytes(self) -> int:
         return int(self.load.max_response_mb * (1 << 20))
 
@@ -74,7 +67,7 @@ class BenchRun:
             "headers": {k: ("<redacted>" if SECRET_HEADER.search(k) else v)
                         for k, v in ld.header_map.items()},
             "endpoint_type": ld.endpoint_type, "profile": ld.profile, "cache_gb": c.cache_size,
-            "cache": self.cache_name, "cache_explicit": c.cache is not None,
+            "cache": c.target_name, "cache_explicit": c.cache is not None,
             "encoder_budget": c.encoder_budget, "metrics_url": t.metrics_url,
             "reset_cache": ld.reset_cache, "num_shards": self.shard.num_shards,
             "shard_index": self.shard.shard_index, "start_at": self.shard.start_at,
