@@ -10,9 +10,9 @@ a closed loop (a session's turns one after another), arrivals 0-5 ms after sendi
 steps of 4-10 ms with 2,048 tokens each (adjacent steps' first tokens may tie), chunked prefill
 item by item (``engine``; the ``split`` column: items looked up after their own request freed
 an earlier one), first tokens at the step's end (client jitter under 2 ms), two output tokens.
-The band is the first-come band bench reports for vLLM's encoder cache (``chunked_band`` over
-the first-token groups); the engine's own hits (its true order replayed, item by item) are
-checked to lie inside.
+The band is the first-come band bench reports for vLLM's encoder cache
+(``chunked.first_come_band`` over the first-token groups); the engine's own hits (its true
+order replayed, item by item) are checked to lie inside.
 
     python benchmarks/bench_band.py [--budget N] [--processor]
 """
@@ -33,7 +33,7 @@ from PIL import Image
 from mmdatagen.caches import get_target, make_cache
 from mmdatagen.caches.entries import entry_size
 from mmdatagen.loadgen.band import SEARCH_BUDGET, fcfs_windows, order_band
-from mmdatagen.loadgen.chunked import CHUNKED_BUDGET, chunked_band, steps
+from mmdatagen.loadgen.chunked import CHUNKED_BUDGET, first_come_band, steps
 from mmdatagen.vlm import get_model
 
 CAPACITY_GB, FRONT_TOKENS, BYTES_PER_TOKEN = 0.002, 3840, 256
@@ -161,7 +161,7 @@ def engine(items: list, sessions: list[str], conc: int, step_ms: tuple[int, int]
 
 
 def connector_band(items: list, send, first, end, budget: int):
-    """bench's first-come band (predict.py's: ``chunked.chunked_band`` over the first-token
+    """bench's first-come band (predict.py's: ``chunked.first_come_band`` over the first-token
     groups) and its seconds; then the band over any order (``any_order``)."""
     target = get_target("dynamo-connector")
     capacity = target.capacity(CAPACITY_GB)
@@ -178,10 +178,9 @@ def connector_band(items: list, send, first, end, budget: int):
                           bytes_per_token=BYTES_PER_TOKEN)
 
     t0 = time.perf_counter()
-    got = chunked_band(groups, [its[p] for p in pos], np.ones((2, n)), factory(), budget)
+    got = first_come_band(groups, [its[p] for p in pos], np.ones((2, n)), factory(), budget)
     secs = time.perf_counter() - t0
-    band = None if got is None else ("chunked search" if got[1] else "chunked bound",
-                                     got[0][0])
+    band = None if got is None else (got[1], got[0][0])
     t0 = time.perf_counter()  # and the band for any scheduler (predict.py's any_order)
     anyb = order_band(target, its, [len(it) for it in its], capacity, s, f, f,
                       [np.ones(n), np.ones(n)], factory, [False] * n, budget=SEARCH_BUDGET // 4)

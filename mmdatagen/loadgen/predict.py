@@ -56,7 +56,7 @@ from ..metrics import NONE, RecordTable
 from ..outcomes import engine_processed_rows
 from ..vlm import VisionModel
 from .band import MAX_GROUP, SEARCH_BUDGET, fcfs_windows, known_order, order_band
-from .chunked import MAX_SET_MEMBERS, chunked_band, steps
+from .chunked import MAX_SET_MEMBERS, first_come_band, steps
 
 if TYPE_CHECKING:
     from ..analysis.tiers import Front
@@ -400,14 +400,12 @@ class ImageTracker:
         """The band of vLLM's encoder cache over the orders of a first-come-first-served
         engine with chunked prefill (``loadgen.chunked``): ``group``, per request (in the
         groups' order), its first-token group; ``ordered``: the requests are in arrival order.
-        None when the search gave up (``chunked_band``)."""
+        None when the search gave up (``chunked.first_come_band``)."""
         items = RequestColumns.of(self.requests).items.take(idx)
-        bounds = chunked_band(steps(group), items, np.array(weights, np.float64),
+        got = first_come_band(steps(group), items, np.array(weights, np.float64),
                               self.new_cache(self.target.capacity(self.capacity)),
                               ordered=ordered)
-        if bounds is None:
-            return None
-        return _band_out(bounds[0], "chunked search" if bounds[1] else "chunked bound")
+        return None if got is None else _band_out(*got)
 
     def _frees_by_item(self, t: _Times) -> bool:
         """The chunked band applies: the target frees item by item (``releases``) and every
