@@ -98,9 +98,9 @@ def first_come_band(groups: Sequence[Sequence[int]], items: Sequence[Sequence[It
     """The band bench reports for a target that frees item by item: ``chunked_band`` (its
     arguments), and its method. Past its budget with groups in no known order, every group
     again by sets (a looser bound; half the budget again): on the Dynamo stack at concurrency
-    8 the search by orders ran out on 4 of 10 runs of 32 requests (its states multiply across
-    groups of 2 to 4) where the one by sets took a fifth of its work. None when that gives up
-    too."""
+    8 the search by orders ran out on 5 of 11 runs of 32 requests (its states multiply across
+    groups of 2 to 4), where the one by sets needed 2.4 to 4.7 million units. None when that
+    gives up too."""
     got = chunked_band(groups, items, gain, cache, budget, ordered)
     if got is not None:
         return got[0], "chunked search" if got[1] else "chunked bound"

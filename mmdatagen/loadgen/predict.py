@@ -541,9 +541,9 @@ def _family(target: CacheTarget) -> str | None:
 
 def prediction_setup(model_name: str, cache: Any, geometry: Any, encoder: Any,
                      embedded: Any = None) -> tuple[ImageTracker | None, str | None]:
-    """The tracker for a bench run against a server of the user's (``cache``: the run's
-    ``settings.cache.BenchCache``, ``geometry``: its ``Geometry``, ``model_name``: its
-    model), or why there is none. ``embedded``: the embedded simulator's settings
+    """The tracker for a bench run of ``model_name`` (``cache``: the run's
+    ``settings.cache.BenchCache``, ``geometry``: its ``Geometry``), or why there is none; what
+    a server of the user's runs. ``embedded``: the embedded simulator's settings
     (``settings.sim.Simulator``), whose cache is its profile's running the asked target, sized
     and keyed as the simulator runs it (``--sim-arg`` included: the capacity, budget and
     geometry the server has); a model outside the registry needs its geometry (a local folder

@@ -212,7 +212,8 @@ def base_cache_size(run: BenchRun) -> float:
     from ..caches import get_target
     from ..sim.study import simulator_target
 
-    target = get_target(run.cache.target_name) if run.target.url else simulator_target(run.simulator())
+    target = (get_target(run.cache.target_name) if run.target.url
+              else simulator_target(run.simulator()))
     return float(target.resolve(run.cache.cache_size))
 
 
