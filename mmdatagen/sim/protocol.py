@@ -45,11 +45,11 @@ class ParsedRequest:
 
 
 class ImageResolver:
-    """Turns image references into :class:`SimImage`: identity and entry size come from the one
-    service the analysis and the loader's prediction use (``io/imageref``,
-    ``caches/entries``), under the
-    profile's cache target; errors become 400 answers. Local paths are refused (an HTTP
-    server only sees data URLs and http(s) URLs) unless ``allow_paths`` (virtual runs)."""
+    """Turns image references into :class:`SimImage`: identity and entry size come from the
+    services the analysis and the loader's prediction use (``io/imageref``,
+    ``caches/entries``), under the profile's cache target; errors become 400 answers. Local
+    paths are refused (an HTTP server only sees data URLs and http(s) URLs) unless
+    ``allow_paths`` (virtual runs)."""
 
     def __init__(self, model: VisionModel, profile: Profile, allow_paths: bool = False,
                  dataset_dir=None) -> None:
